@@ -1,0 +1,54 @@
+package app
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// AdminHandler returns the admin HTTP surface. Every route is registered here:
+//
+//	GET /metrics         Prometheus metrics
+//	GET /healthz         liveness: 200 while the process runs
+//	GET /readyz          readiness: 200 once servers run and at least one worker is healthy
+//	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
+func (a *App) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("GET /debug/workers", a.debugWorkers)
+	return mux
+}
+
+func (a *App) readyz(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-a.ready:
+	default:
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	for _, wk := range a.Registry.All() {
+		if a.Registry.Healthy(wk.Name) {
+			w.Write([]byte("ok\n"))
+			return
+		}
+	}
+	http.Error(w, "no healthy worker", http.StatusServiceUnavailable)
+}
+
+func (a *App) debugWorkers(w http.ResponseWriter, _ *http.Request) {
+	ws, ts := a.Router.Snapshot()
+	writeJSON(w, http.StatusOK, map[string]any{"workers": ws, "in_flight": ts})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

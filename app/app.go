@@ -1,0 +1,246 @@
+// Package app assembles kvroute from a Config: the worker registry, the KV index, the
+// tokenizer, the scoring policy, the router core, and the servers around them. The
+// binary (cmd/kvroute) and the end-to-end tests both build kvroute through it, so
+// every dependency is constructed explicitly here, never registered from init().
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/proxy"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// App is one assembled kvroute.
+type App struct {
+	Config   *config.Config
+	Logger   *slog.Logger
+	Registry *workers.Registry
+	Index    *kvindex.Index
+	Router   *router.Router
+	Metrics  *metrics.Set
+	Gatherer prometheus.Gatherer
+
+	ready chan struct{}
+}
+
+// New builds an App from cfg. Nothing listens or runs until Serve/Proxy is called.
+func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ms := metrics.New(reg)
+	a := &App{Config: cfg, Logger: logger, Registry: workers.NewRegistry(), Metrics: ms, Gatherer: reg, ready: make(chan struct{})}
+	a.Index = kvindex.New(kvindex.Options{SpeculativeTTL: cfg.Index.SpeculativeTTL})
+	policy, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var models []router.Model
+	for _, m := range cfg.Models {
+		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base})
+	}
+	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
+		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms})
+	a.Registry.Set(staticWorkers(cfg))
+	return a, nil
+}
+
+func newPolicy(cfg *config.Config) (scoring.Policy, error) {
+	switch cfg.Scoring.Policy {
+	case "kvroute":
+		return &scoring.Simple{PrefillTokensPerSecond: cfg.Scoring.PrefillTokensPerSecond, Overhead: cfg.Scoring.Overhead}, nil
+	}
+	return nil, fmt.Errorf("scoring.policy: unknown policy %q", cfg.Scoring.Policy)
+}
+
+// staticWorkers converts the configured workers; a worker without models serves every
+// configured model (or any model when none are configured).
+func staticWorkers(cfg *config.Config) []*workers.Worker {
+	var all []string
+	for _, m := range cfg.Models {
+		all = append(all, m.Name)
+	}
+	out := make([]*workers.Worker, 0, len(cfg.Workers))
+	for _, w := range cfg.Workers {
+		name := w.Name
+		if name == "" {
+			name = w.Address
+		}
+		models := w.Models
+		if len(models) == 0 {
+			models = all
+		}
+		out = append(out, &workers.Worker{Name: name, Address: w.Address, Models: models,
+			KVEvents: workers.KVEvents{Endpoint: w.KVEvents.Endpoint, ReplayEndpoint: w.KVEvents.ReplayEndpoint, Topic: w.KVEvents.Topic, DPSize: w.KVEvents.DPSize},
+			Profile: workers.Profile{PrefillTokensPerSecond: w.Profile.PrefillTokensPerSecond, DecodeTokensPerSecond: w.Profile.DecodeTokensPerSecond,
+				Overhead: w.Profile.Overhead, BlockCapacity: w.Profile.BlockCapacity}})
+	}
+	return out
+}
+
+// Listeners are the sockets an App serves on. Tests pass ephemeral ones.
+type Listeners struct {
+	ExtProc net.Listener // required for Serve
+	Health  net.Listener // optional: a separate gRPC health listener
+	Admin   net.Listener // optional
+	Proxy   net.Listener // required for Proxy
+}
+
+// Listen opens the listeners named in the config: ext_proc+health+admin for serve,
+// proxy+admin for proxy.
+func Listen(cfg *config.Config, proxyMode bool) (Listeners, error) {
+	var l Listeners
+	var err error
+	open := func(addr string) net.Listener {
+		if err != nil || addr == "" {
+			return nil
+		}
+		var ln net.Listener
+		ln, err = net.Listen("tcp", addr)
+		if err != nil {
+			err = fmt.Errorf("listen %s: %w", addr, err)
+		}
+		return ln
+	}
+	if proxyMode {
+		l.Proxy = open(cfg.Server.ProxyAddr)
+	} else {
+		l.ExtProc = open(cfg.Server.ExtProcAddr)
+		if cfg.Server.HealthAddr != cfg.Server.ExtProcAddr {
+			l.Health = open(cfg.Server.HealthAddr)
+		}
+	}
+	l.Admin = open(cfg.Server.AdminAddr)
+	if err != nil {
+		l.Close()
+		return Listeners{}, err
+	}
+	return l, nil
+}
+
+// Close closes every open listener.
+func (l Listeners) Close() {
+	for _, ln := range []net.Listener{l.ExtProc, l.Health, l.Admin, l.Proxy} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// Run serves until ctx is cancelled: the ext_proc gRPC server (with gRPC health) when
+// l.ExtProc is set, the proxy when l.Proxy is set, the admin HTTP server when l.Admin
+// is set, plus the router's sweep. It returns after a graceful shutdown.
+func (a *App) Run(ctx context.Context, l Listeners) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	goRun := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	goRun(func() error { a.Router.Run(ctx); return nil })
+
+	var grpcServers []*grpc.Server
+	var httpServers []*http.Server
+	hs := health.NewServer()
+	if l.ExtProc != nil {
+		srv := grpc.NewServer(grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes))
+		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger}))
+		healthpb.RegisterHealthServer(srv, hs)
+		grpcServers = append(grpcServers, srv)
+		goRun(func() error { return serveGRPC(srv, l.ExtProc) })
+		a.Logger.Info("ext_proc listening", "addr", l.ExtProc.Addr().String())
+	}
+	if l.Health != nil {
+		srv := grpc.NewServer()
+		healthpb.RegisterHealthServer(srv, hs)
+		grpcServers = append(grpcServers, srv)
+		goRun(func() error { return serveGRPC(srv, l.Health) })
+		a.Logger.Info("grpc health listening", "addr", l.Health.Addr().String())
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if l.Proxy != nil {
+		srv := &http.Server{Handler: proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger}), ReadHeaderTimeout: 10 * time.Second}
+		httpServers = append(httpServers, srv)
+		goRun(func() error { return serveHTTP(srv, l.Proxy) })
+		a.Logger.Info("proxy listening", "addr", l.Proxy.Addr().String())
+	}
+	if l.Admin != nil {
+		srv := &http.Server{Handler: a.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		httpServers = append(httpServers, srv)
+		goRun(func() error { return serveHTTP(srv, l.Admin) })
+		a.Logger.Info("admin listening", "addr", l.Admin.Addr().String())
+	}
+	close(a.ready)
+	<-ctx.Done()
+	hs.Shutdown()
+	grace, gcancel := context.WithTimeout(context.Background(), a.Config.Server.ShutdownGrace)
+	defer gcancel()
+	for _, s := range httpServers {
+		_ = s.Shutdown(grace)
+	}
+	for _, s := range grpcServers {
+		done := make(chan struct{})
+		go func() { s.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-grace.Done():
+			s.Stop()
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// Ready is closed once Run has started every server.
+func (a *App) Ready() <-chan struct{} { return a.ready }
+
+func serveGRPC(s *grpc.Server, ln net.Listener) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+func serveHTTP(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package config
+
+import (
+	"regexp"
+	"strings"
+)
+
+// ExtProc configures the Envoy ext_proc front (and the same headers in `kvroute proxy`).
+type ExtProc struct {
+	// DestinationHeader is the request header kvroute sets to the chosen "ip:port"; Envoy's
+	// ORIGINAL_DST cluster (use_http_header) or override_host LB reads it. Must not start
+	// with x-envoy- (Envoy's default mutation rules silently drop those).
+	DestinationHeader string `mapstructure:"destination_header"`
+	// MetadataNamespace receives the same value as dynamic metadata
+	// (<namespace>/<destination_header>), the Gateway API Inference Extension protocol.
+	// "" disables metadata.
+	MetadataNamespace string `mapstructure:"metadata_namespace"`
+	// MaxBodyBytes bounds an accumulated request body; larger bodies get 413.
+	MaxBodyBytes int `mapstructure:"max_body_bytes"`
+	// SLOHeader carries a per-request TTFT objective in milliseconds.
+	SLOHeader string `mapstructure:"slo_header"`
+	// PredictedTTFTHeader, when set, names a response header carrying the predicted TTFT
+	// in milliseconds of the chosen worker. "" disables it.
+	PredictedTTFTHeader string `mapstructure:"predicted_ttft_header"`
+	// WorkerHeader, when set, names a response header carrying the chosen worker's name.
+	WorkerHeader string `mapstructure:"worker_header"`
+}
+
+func defaultExtProc() ExtProc {
+	return ExtProc{DestinationHeader: "x-gateway-destination-endpoint", MetadataNamespace: "envoy.lb",
+		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms"}
+}
+
+var headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_|~-]+$`)
+
+func (e ExtProc) validate() error {
+	for _, h := range []struct {
+		key, v   string
+		required bool
+	}{
+		{"extproc.destination_header", e.DestinationHeader, true},
+		{"extproc.slo_header", e.SLOHeader, false},
+		{"extproc.predicted_ttft_header", e.PredictedTTFTHeader, false},
+		{"extproc.worker_header", e.WorkerHeader, false},
+	} {
+		if h.v == "" && !h.required {
+			continue
+		}
+		if !headerName.MatchString(h.v) {
+			return fieldErr(h.key, "%q is not a lower-case HTTP header name", h.v)
+		}
+	}
+	if strings.HasPrefix(e.DestinationHeader, "x-envoy-") {
+		return fieldErr("extproc.destination_header", "%q starts with x-envoy-: Envoy's default header mutation rules silently drop it; use e.g. x-gateway-destination-endpoint", e.DestinationHeader)
+	}
+	if e.MaxBodyBytes < 1024 {
+		return fieldErr("extproc.max_body_bytes", "must be ≥ 1024, got %d", e.MaxBodyBytes)
+	}
+	return nil
+}

@@ -1,0 +1,23 @@
+package config
+
+import "time"
+
+// Router configures the router core.
+type Router struct {
+	TicketTTL        time.Duration `mapstructure:"ticket_ttl"`         // release in-flight bookings older than this (lost responses)
+	DefaultBlockSize int           `mapstructure:"default_block_size"` // KV block size in tokens for models without one
+}
+
+func defaultRouter() Router {
+	return Router{TicketTTL: 10 * time.Minute, DefaultBlockSize: 16}
+}
+
+func (r Router) validate() error {
+	if r.TicketTTL < time.Second {
+		return fieldErr("router.ticket_ttl", "must be ≥ 1s, got %s", r.TicketTTL)
+	}
+	if r.DefaultBlockSize <= 0 || r.DefaultBlockSize > 4096 {
+		return fieldErr("router.default_block_size", "must be in 1..4096 tokens, got %d", r.DefaultBlockSize)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Model describes one served model.
+type Model struct {
+	Name      string `mapstructure:"name"`       // served model name as clients send it
+	BlockSize int    `mapstructure:"block_size"` // KV block size in tokens; 0 = router.default_block_size
+	// Base names the base model when Name is a LoRA adapter ("" otherwise).
+	Base string `mapstructure:"base"`
+}
+
+// Worker is one statically configured inference endpoint.
+type Worker struct {
+	Name     string         `mapstructure:"name"`    // "" = address
+	Address  string         `mapstructure:"address"` // HTTP "ip:port" written into the destination header
+	Models   []string       `mapstructure:"models"`  // served model names; empty = every configured model
+	KVEvents WorkerKVEvents `mapstructure:"kv_events"`
+	Profile  WorkerProfile  `mapstructure:"profile"`
+}
+
+// WorkerKVEvents says where the worker publishes vLLM KV events.
+type WorkerKVEvents struct {
+	Endpoint       string `mapstructure:"endpoint"`        // ZMQ PUB endpoint, e.g. tcp://10.0.0.5:5557
+	ReplayEndpoint string `mapstructure:"replay_endpoint"` // ZMQ ROUTER replay endpoint
+	Topic          string `mapstructure:"topic"`
+	DPSize         int    `mapstructure:"dp_size"` // data-parallel ranks (rank r on port+r)
+}
+
+// WorkerProfile is the prior for the worker's speed.
+type WorkerProfile struct {
+	PrefillTokensPerSecond float64       `mapstructure:"prefill_tokens_per_second"`
+	DecodeTokensPerSecond  float64       `mapstructure:"decode_tokens_per_second"`
+	Overhead               time.Duration `mapstructure:"overhead"`
+	BlockCapacity          int           `mapstructure:"block_capacity"`
+}
+
+func validateModels(ms []Model) error {
+	seen := map[string]bool{}
+	for i, m := range ms {
+		key := fmt.Sprintf("models[%d]", i)
+		if m.Name == "" {
+			return fieldErr(key+".name", "is required")
+		}
+		if seen[m.Name] {
+			return fieldErr(key+".name", "duplicate model %q", m.Name)
+		}
+		seen[m.Name] = true
+		if m.BlockSize < 0 || m.BlockSize > 4096 {
+			return fieldErr(key+".block_size", "must be in 0..4096 tokens, got %d", m.BlockSize)
+		}
+	}
+	for i, m := range ms {
+		if m.Base != "" && !seen[m.Base] {
+			return fieldErr(fmt.Sprintf("models[%d].base", i), "base model %q is not in models", m.Base)
+		}
+	}
+	return nil
+}
+
+// validateHostPort accepts a literal "IP:port" (Envoy's ORIGINAL_DST needs an address,
+// not a hostname) or "host:port" when allowHost.
+func validateHostPort(key, v string, allowHost bool) error {
+	h, p, err := net.SplitHostPort(v)
+	if err != nil {
+		return fieldErr(key, "%q is not host:port", v)
+	}
+	if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
+		return fieldErr(key, "%q has an invalid port", v)
+	}
+	if !allowHost && net.ParseIP(h) == nil {
+		return fieldErr(key, "%q must be a literal IP:port (Envoy's ORIGINAL_DST cluster cannot resolve hostnames)", v)
+	}
+	return nil
+}
+
+func validateWorkers(ws []Worker, ms []Model, d Discovery) error {
+	known := map[string]bool{}
+	for _, m := range ms {
+		known[m.Name] = true
+	}
+	names := map[string]bool{}
+	for i, w := range ws {
+		key := fmt.Sprintf("workers[%d]", i)
+		if err := validateHostPort(key+".address", w.Address, false); err != nil {
+			return err
+		}
+		name := w.Name
+		if name == "" {
+			name = w.Address
+		}
+		if names[name] {
+			return fieldErr(key+".name", "duplicate worker %q", name)
+		}
+		names[name] = true
+		for j, m := range w.Models {
+			if len(ms) > 0 && !known[m] {
+				return fieldErr(fmt.Sprintf("%s.models[%d]", key, j), "model %q is not in models", m)
+			}
+		}
+		if e := w.KVEvents.Endpoint; e != "" && !strings.HasPrefix(e, "tcp://") && !strings.HasPrefix(e, "ipc://") {
+			return fieldErr(key+".kv_events.endpoint", "%q must be a ZMQ endpoint (tcp://host:port or ipc://path)", e)
+		}
+		if w.KVEvents.DPSize < 0 {
+			return fieldErr(key+".kv_events.dp_size", "must be ≥ 0, got %d", w.KVEvents.DPSize)
+		}
+		if w.Profile.PrefillTokensPerSecond < 0 || w.Profile.DecodeTokensPerSecond < 0 {
+			return fieldErr(key+".profile", "token rates must be ≥ 0")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package kvindex
+
+import (
+	"encoding/binary"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Key identifies one full block of tokens together with everything before it:
+// Key_i = xxhash64(Key_{i-1} ‖ token_ids of block i), Key_{-1} = Namespace.Seed().
+// Keys are kvroute's own; they never depend on vLLM's engine hash algorithm or seed.
+type Key uint64
+
+// Namespace separates prefix caches that must never share blocks even for equal
+// tokens: different models, LoRA adapters, or vLLM cache_salt values.
+type Namespace struct {
+	Model     string // served model name (base model, not the adapter)
+	LoRA      string // LoRA adapter name, "" for none
+	CacheSalt string // vLLM cache_salt, "" for none
+}
+
+// Seed is the chain's initial parent key: xxhash64 of the namespace fields, each
+// length-prefixed so that ("ab","c") and ("a","bc") differ.
+func (ns Namespace) Seed() Key {
+	var d xxhash.Digest
+	d.Reset()
+	var n [4]byte
+	for _, s := range [...]string{ns.Model, ns.LoRA, ns.CacheSalt} {
+		binary.LittleEndian.PutUint32(n[:], uint32(len(s)))
+		_, _ = d.Write(n[:])
+		_, _ = d.WriteString(s)
+	}
+	return Key(d.Sum64())
+}
+
+// HashBlocks appends to dst the chained keys of every full block of tokens
+// (len(tokens)/blockSize keys; a trailing partial block is not keyed, as vLLM caches
+// only full blocks) and returns the extended slice. parent is the key of the block
+// before tokens[0], or Namespace.Seed() at the start of a sequence.
+func HashBlocks(parent Key, tokens []uint32, blockSize int, dst []Key) []Key {
+	if blockSize <= 0 {
+		return dst
+	}
+	var buf [8 + 4*256]byte
+	var heap []byte
+	for len(tokens) >= blockSize {
+		blk := tokens[:blockSize]
+		need := 8 + 4*blockSize
+		b := buf[:0]
+		if need > len(buf) {
+			if cap(heap) < need {
+				heap = make([]byte, 0, need)
+			}
+			b = heap[:0]
+		}
+		b = binary.LittleEndian.AppendUint64(b, uint64(parent))
+		for _, t := range blk {
+			b = binary.LittleEndian.AppendUint32(b, t)
+		}
+		parent = Key(xxhash.Sum64(b))
+		dst = append(dst, parent)
+		tokens = tokens[blockSize:]
+	}
+	return dst
+}

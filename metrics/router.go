@@ -1,0 +1,49 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Router holds the router core's metrics.
+type Router struct {
+	Decisions        *prometheus.CounterVec   // worker, reason
+	DecisionSeconds  prometheus.Histogram     // time to make one pick, tokenization excluded
+	Errors           *prometheus.CounterVec   // reason: unknown_model, no_worker, shed
+	InFlight         *prometheus.GaugeVec     // worker: booked requests
+	InFlightTokens   *prometheus.GaugeVec     // worker: booked uncached prefill tokens
+	TicketsReleased  *prometheus.CounterVec   // how: first_token (prefill part), done, abort, expired, worker_removed
+	TTFTSeconds      *prometheus.HistogramVec // worker: observed time to first token
+	E2ESeconds       *prometheus.HistogramVec // worker: observed end-to-end latency
+	PromptTokens     prometheus.Histogram     // prompt length of routed requests, tokens
+	CachedTokens     prometheus.Histogram     // predicted cached prefix of the chosen worker, tokens
+	PrefixHitTokens  prometheus.Counter       // sum of predicted cached tokens on chosen workers
+	PromptTokensSeen prometheus.Counter       // sum of prompt tokens of routed requests (hit ratio denominator)
+}
+
+func newRouter(reg prometheus.Registerer) *Router {
+	const sub = "router"
+	return &Router{
+		Decisions: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "decisions_total", Help: "Routing decisions by chosen worker and reason."}, []string{"worker", "reason"})),
+		DecisionSeconds: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "decision_duration_seconds", Help: "Time to make one pick (index lookup, scoring, booking), tokenization excluded.", Buckets: FastBuckets})),
+		Errors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "errors_total", Help: "Requests the router refused, by reason (unknown_model, no_worker, shed)."}, []string{"reason"})),
+		InFlight: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "in_flight_requests", Help: "Requests routed by kvroute and not yet finished, per worker."}, []string{"worker"})),
+		InFlightTokens: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "in_flight_prefill_tokens", Help: "Uncached prompt tokens booked on a worker and not yet prefilled (no first token yet)."}, []string{"worker"})),
+		TicketsReleased: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "tickets_released_total", Help: "In-flight releases by how they happened (first_token, done, abort, expired, worker_removed)."}, []string{"how"})),
+		TTFTSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "time_to_first_token_seconds", Help: "Observed time to first token of routed streaming requests, per worker (OpenTelemetry gen_ai.server.time_to_first_token).", Buckets: LatencyBuckets}, []string{"worker"})),
+		E2ESeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "request_duration_seconds", Help: "Observed end-to-end latency of routed requests, per worker (OpenTelemetry gen_ai.server.request.duration).", Buckets: LatencyBuckets}, []string{"worker"})),
+		PromptTokens: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prompt_tokens", Help: "Prompt length of routed requests in tokens.", Buckets: prometheus.ExponentialBuckets(16, 2, 14)})),
+		CachedTokens: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "predicted_cached_tokens", Help: "Cached prefix the index predicted on the chosen worker, tokens.", Buckets: prometheus.ExponentialBuckets(16, 2, 14)})),
+		PrefixHitTokens: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prefix_hit_tokens_total", Help: "Sum of predicted cached prompt tokens on chosen workers; divide by prompt_tokens_total for the prefix hit ratio."})),
+		PromptTokensSeen: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prompt_tokens_total", Help: "Sum of prompt tokens of routed requests with known token counts."})),
+	}
+}

@@ -1,0 +1,210 @@
+// Package response watches an inference response body as it streams past (SSE or a
+// single JSON document) and reports the moment generated content first appears and the
+// usage the engine reported. It is shared by the ext_proc path and the plain proxy so
+// that both learn from responses identically.
+package response
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Usage is what the engine reported about a finished request. Token counts are in tokens.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens (vLLM reports it with
+	// --enable-prompt-tokens-details and omits it when zero) or Anthropic's
+	// usage.cache_read_input_tokens.
+	CachedTokens int
+	Present      bool // a usage object was seen
+}
+
+// Tracker consumes body chunks in order. It is not safe for concurrent use.
+//
+// For SSE (stream=true) it parses "data:" events, robust to events split across chunks
+// (Envoy does not align body chunks to event boundaries: envoyproxy/envoy#45437).
+// The first event carrying generated content (a non-empty delta content, reasoning,
+// tool call or completion text; Anthropic content_block_delta) is the first token.
+// For a non-streamed JSON body the first token cannot be observed separately from the
+// end of the response; FirstToken is never reported and usage is read at Finish.
+type Tracker struct {
+	stream   bool
+	first    bool
+	pending  []byte // unterminated SSE line, or the whole JSON body when !stream
+	usage    Usage
+	maxBody  int
+	overflow bool
+}
+
+// NewTracker returns a tracker for a response that is SSE when stream is true.
+// maxBody bounds the bytes kept for a non-streamed body (usage parsing); 0 means 4 MiB.
+func NewTracker(stream bool, maxBody int) *Tracker {
+	if maxBody <= 0 {
+		maxBody = 4 << 20
+	}
+	return &Tracker{stream: stream, maxBody: maxBody}
+}
+
+// Write feeds one body chunk. It reports true exactly once: on the chunk in which the
+// first generated content appears.
+func (t *Tracker) Write(chunk []byte) (firstToken bool) {
+	if !t.stream {
+		if !t.overflow {
+			if len(t.pending)+len(chunk) > t.maxBody {
+				t.overflow, t.pending = true, nil
+			} else {
+				t.pending = append(t.pending, chunk...)
+			}
+		}
+		return false
+	}
+	data := chunk
+	if len(t.pending) > 0 {
+		t.pending = append(t.pending, chunk...)
+		data = t.pending
+	}
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		line := bytes.TrimRight(data[:i], "\r")
+		data = data[i+1:]
+		if t.line(line) && !t.first {
+			t.first, firstToken = true, true
+		}
+	}
+	if len(data) > t.maxBody {
+		data = nil // a runaway line without newline: drop it rather than grow without bound
+	}
+	t.pending = append(t.pending[:0], data...)
+	return firstToken
+}
+
+// FirstTokenSeen reports whether Write has reported the first token.
+func (t *Tracker) FirstTokenSeen() bool { return t.first }
+
+// Finish ends the body and returns the usage seen, if any.
+func (t *Tracker) Finish() Usage {
+	if !t.stream {
+		if !t.overflow && len(t.pending) > 0 {
+			t.usage = parseUsage(t.pending, t.usage)
+		}
+		t.pending = nil
+		return t.usage
+	}
+	if len(t.pending) > 0 {
+		if t.line(bytes.TrimRight(t.pending, "\r")) && !t.first {
+			t.first = true
+		}
+		t.pending = nil
+	}
+	return t.usage
+}
+
+var dataPrefix = []byte("data:")
+
+// line handles one SSE line and reports whether it carried generated content.
+func (t *Tracker) line(line []byte) bool {
+	if !bytes.HasPrefix(line, dataPrefix) {
+		return false
+	}
+	payload := bytes.TrimSpace(line[len(dataPrefix):])
+	if len(payload) == 0 || payload[0] != '{' {
+		return false // "[DONE]" or keep-alive
+	}
+	content := false
+	if !t.first {
+		content = hasContent(payload)
+	}
+	if bytes.Contains(payload, []byte(`"usage"`)) {
+		t.usage = parseUsage(payload, t.usage)
+	}
+	return content
+}
+
+type sseChunk struct {
+	Choices []struct {
+		Text  *string `json:"text"`
+		Delta *struct {
+			Content          *string           `json:"content"`
+			ReasoningContent *string           `json:"reasoning_content"`
+			Reasoning        *string           `json:"reasoning"`
+			ToolCalls        []json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Type  string `json:"type"` // Anthropic event type
+	Delta *struct {
+		Text        *string `json:"text"`
+		Thinking    *string `json:"thinking"`
+		PartialJSON *string `json:"partial_json"`
+	} `json:"delta"`
+}
+
+func nonEmpty(s *string) bool { return s != nil && *s != "" }
+
+func hasContent(payload []byte) bool {
+	var c sseChunk
+	if json.Unmarshal(payload, &c) != nil {
+		return false
+	}
+	for _, ch := range c.Choices {
+		if nonEmpty(ch.Text) {
+			return true
+		}
+		if d := ch.Delta; d != nil && (nonEmpty(d.Content) || nonEmpty(d.ReasoningContent) || nonEmpty(d.Reasoning) || len(d.ToolCalls) > 0) {
+			return true
+		}
+	}
+	if c.Type == "content_block_delta" && c.Delta != nil {
+		return nonEmpty(c.Delta.Text) || nonEmpty(c.Delta.Thinking) || nonEmpty(c.Delta.PartialJSON)
+	}
+	return false
+}
+
+type usageDoc struct {
+	Usage *struct {
+		PromptTokens        *int `json:"prompt_tokens"`
+		CompletionTokens    *int `json:"completion_tokens"`
+		InputTokens         *int `json:"input_tokens"`
+		OutputTokens        *int `json:"output_tokens"`
+		CacheReadInputToken *int `json:"cache_read_input_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Message *struct { // Anthropic message_start carries usage inside "message"
+		Usage json.RawMessage `json:"usage"`
+	} `json:"message"`
+}
+
+// parseUsage merges the usage found in doc into u (later reports win per field).
+func parseUsage(doc []byte, u Usage) Usage {
+	var d usageDoc
+	if json.Unmarshal(doc, &d) != nil {
+		return u
+	}
+	if d.Usage == nil && d.Message != nil && len(d.Message.Usage) > 0 {
+		return parseUsage(append(append([]byte(`{"usage":`), d.Message.Usage...), '}'), u)
+	}
+	x := d.Usage
+	if x == nil {
+		return u
+	}
+	u.Present = true
+	set := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&u.PromptTokens, x.PromptTokens)
+	set(&u.PromptTokens, x.InputTokens)
+	set(&u.CompletionTokens, x.CompletionTokens)
+	set(&u.CompletionTokens, x.OutputTokens)
+	set(&u.CachedTokens, x.CacheReadInputToken)
+	if x.PromptTokensDetails != nil {
+		set(&u.CachedTokens, x.PromptTokensDetails.CachedTokens)
+	}
+	return u
+}

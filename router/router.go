@@ -1,0 +1,535 @@
+// Package router is kvroute's core: Pick turns a parsed request into a booked Ticket
+// for one worker; the Ticket's FirstToken, Done and Abort release the booking and hand
+// what was observed to scoring for learning. The router owns the in-flight state.
+//
+// It knows nothing of Envoy or HTTP: the ext_proc server and the plain proxy are two
+// fronts over the same Router.
+package router
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/response"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/tokenize"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// Model is what the router needs to know about one served model.
+type Model struct {
+	Name      string // served model name as clients send it
+	BlockSize int    // KV block size in tokens (vLLM --block-size, default 16)
+	// Base is the base model for a LoRA adapter name; "" when Name is a base model.
+	// Block keys of an adapter live in the namespace (Base, Name).
+	Base string
+}
+
+// PrefixIndex is the part of the KV index the router uses. *kvindex.Index implements it.
+type PrefixIndex interface {
+	// Lookup appends each worker's cached leading prefix for keys to dst.
+	Lookup(keys []kvindex.Key, dst []kvindex.Match) []kvindex.Match
+	// Speculate books keys on worker until events confirm them or they expire.
+	Speculate(worker string, keys []kvindex.Key)
+	// RemoveWorker forgets every block of worker.
+	RemoveWorker(worker string)
+}
+
+// Options configures a Router. Zero values take the defaults documented per field.
+type Options struct {
+	Registry  *workers.Registry  // required
+	Index     PrefixIndex        // nil: no prefix information (load-only picks)
+	Tokenizer tokenize.Tokenizer // nil: tokenize.GivenOnly
+	Policy    scoring.Policy     // nil: &scoring.Simple{}
+	Models    []Model            // served models; a request for a model no worker serves gets 404
+	// DefaultBlockSize is used for models not listed in Models. 0 means 16 (vLLM's default).
+	DefaultBlockSize int
+	// TicketTTL releases tickets still open after this long (lost responses). 0 means 10 minutes.
+	TicketTTL time.Duration
+	Metrics   *metrics.Set     // nil: an unregistered set
+	Now       func() time.Time // nil: time.Now
+}
+
+// Error is a routing refusal with the HTTP status a front should answer with.
+type Error struct {
+	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed
+	Type       string // OpenAI error type
+	Message    string
+	RetryAfter time.Duration // for 429
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Router decides and books. Safe for concurrent use.
+type Router struct {
+	opt    Options
+	models map[string]Model
+	m      *metrics.Router
+	seq    atomic.Uint64
+
+	mu      sync.Mutex         // guards flights, tickets and every Ticket's state; Policy.Pick runs under it
+	flights map[string]*flight // worker name → bookings
+	tickets map[uint64]*Ticket // open tickets
+}
+
+type flight struct {
+	booked scoring.Booked
+}
+
+// New returns a Router and subscribes it to the registry so that a removed worker's
+// in-flight state and index entries are released.
+func New(opt Options) *Router {
+	if opt.Tokenizer == nil {
+		opt.Tokenizer = tokenize.GivenOnly{}
+	}
+	if opt.Policy == nil {
+		opt.Policy = &scoring.Simple{}
+	}
+	if opt.DefaultBlockSize <= 0 {
+		opt.DefaultBlockSize = 16
+	}
+	if opt.TicketTTL <= 0 {
+		opt.TicketTTL = 10 * time.Minute
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.NewUnregistered()
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	r := &Router{opt: opt, models: map[string]Model{}, m: opt.Metrics.Router,
+		flights: map[string]*flight{}, tickets: map[uint64]*Ticket{}}
+	for _, md := range opt.Models {
+		if md.BlockSize <= 0 {
+			md.BlockSize = opt.DefaultBlockSize
+		}
+		r.models[md.Name] = md
+	}
+	opt.Registry.Subscribe(registryListener{r})
+	return r
+}
+
+// Policy returns the scoring policy in use.
+func (r *Router) Policy() scoring.Policy { return r.opt.Policy }
+
+// PickOptions are per-request inputs that do not come from the body.
+type PickOptions struct {
+	RequestID string        // for logs and the admin view; "" → generated
+	SLO       time.Duration // TTFT objective from x-slo-ttft-ms; 0 none
+}
+
+// Pick chooses a worker for req and books it. The returned Ticket must be ended with
+// Done or Abort (FirstToken first, when observed); an unended ticket is released by the
+// sweep after TicketTTL. Errors are *Error.
+func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions) (*Ticket, error) {
+	in, cands, err := r.prepare(ctx, req, opt)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r.mu.Lock()
+	for i := range cands {
+		if f := r.flights[cands[i].Worker.Name]; f != nil {
+			cands[i].Booked = f.booked
+		}
+	}
+	d := r.opt.Policy.Pick(&in.Input, cands)
+	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
+		r.mu.Unlock()
+		r.m.Errors.WithLabelValues("shed").Inc()
+		ra := d.RetryAfter
+		if ra <= 0 {
+			ra = time.Second
+		}
+		return nil, &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: ra,
+			Message: "all workers are predicted to miss the TTFT limit; retry later"}
+	}
+	c := cands[d.Index]
+	t := &Ticket{
+		r: r, id: r.seq.Add(1), RequestID: opt.RequestID, Worker: c.Worker.Name, Address: c.Worker.Address,
+		Model: in.Model, PromptTokens: in.PromptTokens, CachedTokens: c.CachedTokens, Reason: d.Reason,
+		Path: in.path, Degraded: in.Degraded, Start: in.Now, booked: c.Booked, load: c.Load,
+	}
+	if d.Predictions != nil {
+		t.Predicted = d.Predictions[d.Index]
+	}
+	t.prefill = max(in.PromptTokens-c.CachedTokens, 0)
+	if t.RequestID == "" {
+		t.RequestID = fmt.Sprintf("kvr-%d", t.id)
+	}
+	f := r.flights[t.Worker]
+	if f == nil {
+		f = &flight{}
+		r.flights[t.Worker] = f
+	}
+	f.booked.Requests++
+	f.booked.Prefilling++
+	f.booked.PrefillTokens += t.prefill
+	r.tickets[t.id] = t
+	r.gaugesLocked(t.Worker, f)
+	if r.opt.Index != nil && len(in.Keys) > 0 {
+		r.opt.Index.Speculate(t.Worker, in.Keys)
+	}
+	r.mu.Unlock()
+	r.m.DecisionSeconds.Observe(time.Since(start).Seconds())
+	r.m.Decisions.WithLabelValues(t.Worker, d.Reason).Inc()
+	if in.PromptTokens > 0 {
+		r.m.PromptTokens.Observe(float64(in.PromptTokens))
+		r.m.PromptTokensSeen.Add(float64(in.PromptTokens))
+		r.m.CachedTokens.Observe(float64(t.CachedTokens))
+		r.m.PrefixHitTokens.Add(float64(t.CachedTokens))
+	}
+	return t, nil
+}
+
+// Explanation is one worker's view of a request without booking anything.
+type Explanation struct {
+	Input      *scoring.Input
+	Candidates []scoring.Candidate
+	Decision   scoring.Decision
+	Path       tokenize.Path
+}
+
+// Explain computes what Pick would decide for req, without booking, speculating or
+// changing any policy state visible to later picks... except that stateful baselines
+// (round robin) may advance; kvroute's own policy is pure.
+func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOptions) (*Explanation, error) {
+	in, cands, err := r.prepare(ctx, req, opt)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range cands {
+		if f := r.flights[cands[i].Worker.Name]; f != nil {
+			cands[i].Booked = f.booked
+		}
+	}
+	d := r.opt.Policy.Pick(&in.Input, cands)
+	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
+}
+
+type input struct {
+	scoring.Input
+	path tokenize.Path
+}
+
+// prepare does the lock-free part of a pick: candidates, tokenization, block keys,
+// index lookup, scraped load.
+func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOptions) (*input, []scoring.Candidate, error) {
+	ws, known := r.opt.Registry.Candidates(req.Model, nil)
+	if !known {
+		if req.Model == "" {
+			r.m.Errors.WithLabelValues("no_worker").Inc()
+			return nil, nil, &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Message: "no workers are configured"}
+		}
+		r.m.Errors.WithLabelValues("unknown_model").Inc()
+		return nil, nil, &Error{Status: http.StatusNotFound, Type: "NotFoundError",
+			Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+	}
+	if len(ws) == 0 {
+		r.m.Errors.WithLabelValues("no_worker").Inc()
+		return nil, nil, &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable",
+			Message: fmt.Sprintf("no healthy worker serves model %q", req.Model)}
+	}
+	md, ok := r.models[req.Model]
+	if !ok {
+		md = Model{Name: req.Model, BlockSize: r.opt.DefaultBlockSize}
+	}
+	in := &input{Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
+		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now()}}
+	if req.API == request.APIOther {
+		in.Degraded, in.path = "not_inference", tokenize.PathNone
+	} else {
+		res, err := r.opt.Tokenizer.Tokenize(ctx, req)
+		switch {
+		case err != nil:
+			in.Degraded, in.path = "tokenize_failed", tokenize.PathNone
+		case res.Path == tokenize.PathNone:
+			in.Degraded, in.path = res.Degraded, tokenize.PathNone
+			if in.Degraded == "" {
+				in.Degraded = "no_tokens"
+			}
+		default:
+			in.path, in.Tokens, in.PromptTokens = res.Path, res.Tokens, res.PromptTokens
+		}
+	}
+	if len(in.Tokens) > 0 {
+		ns := kvindex.Namespace{Model: req.Model, CacheSalt: req.CacheSalt}
+		if md.Base != "" {
+			ns.Model, ns.LoRA = md.Base, md.Name
+		}
+		in.Keys = kvindex.HashBlocks(ns.Seed(), in.Tokens, md.BlockSize, make([]kvindex.Key, 0, len(in.Tokens)/md.BlockSize))
+	}
+	cands := make([]scoring.Candidate, len(ws))
+	idx := make(map[string]int, len(ws))
+	for i, w := range ws {
+		cands[i] = scoring.Candidate{Worker: w, Load: r.opt.Registry.Load(w.Name)}
+		idx[w.Name] = i
+	}
+	if r.opt.Index != nil && len(in.Keys) > 0 {
+		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
+			if i, ok := idx[m.Worker]; ok {
+				cands[i].Cached = m
+				cands[i].CachedTokens = min(m.Blocks*md.BlockSize, max(in.PromptTokens-1, 0))
+			}
+		}
+	}
+	return in, cands, nil
+}
+
+func (r *Router) gaugesLocked(worker string, f *flight) {
+	r.m.InFlight.WithLabelValues(worker).Set(float64(f.booked.Requests))
+	r.m.InFlightTokens.WithLabelValues(worker).Set(float64(f.booked.PrefillTokens))
+}
+
+// Sweep releases tickets older than TicketTTL and returns how many it released.
+func (r *Router) Sweep() int {
+	now := r.opt.Now()
+	var expired []*Ticket
+	r.mu.Lock()
+	for _, t := range r.tickets {
+		if now.Sub(t.Start) > r.opt.TicketTTL {
+			expired = append(expired, t)
+		}
+	}
+	for _, t := range expired {
+		r.releaseLocked(t, true)
+	}
+	r.mu.Unlock()
+	if n := len(expired); n > 0 {
+		r.m.TicketsReleased.WithLabelValues("expired").Add(float64(n))
+	}
+	return len(expired)
+}
+
+// Run sweeps expired tickets every TicketTTL/4 (at least every second, at most every
+// minute) until ctx is cancelled.
+func (r *Router) Run(ctx context.Context) {
+	every := min(max(r.opt.TicketTTL/4, time.Second), time.Minute)
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+			r.Sweep()
+		}
+	}
+}
+
+// WorkerState is the admin view of one worker.
+type WorkerState struct {
+	Name    string         `json:"name"`
+	Address string         `json:"address"`
+	Models  []string       `json:"models"`
+	Healthy bool           `json:"healthy"`
+	Booked  scoring.Booked `json:"booked"`
+	Load    workers.Load   `json:"load"`
+}
+
+// TicketState is the admin view of one in-flight request.
+type TicketState struct {
+	RequestID     string        `json:"request_id"`
+	Worker        string        `json:"worker"`
+	Model         string        `json:"model"`
+	PromptTokens  int           `json:"prompt_tokens"`
+	CachedTokens  int           `json:"cached_tokens"`
+	FirstToken    bool          `json:"first_token"`
+	Age           time.Duration `json:"age_ns"`
+	PredictedTTFT time.Duration `json:"predicted_ttft_ns"`
+}
+
+// Snapshot returns the workers with their bookings and the open tickets, oldest first.
+func (r *Router) Snapshot() ([]WorkerState, []TicketState) {
+	now := r.opt.Now()
+	ws := r.opt.Registry.All()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]WorkerState, 0, len(ws))
+	for _, w := range ws {
+		s := WorkerState{Name: w.Name, Address: w.Address, Models: w.Models, Healthy: r.opt.Registry.Healthy(w.Name), Load: r.opt.Registry.Load(w.Name)}
+		if f := r.flights[w.Name]; f != nil {
+			s.Booked = f.booked
+		}
+		out = append(out, s)
+	}
+	ts := make([]TicketState, 0, len(r.tickets))
+	for _, t := range r.tickets {
+		ts = append(ts, TicketState{RequestID: t.RequestID, Worker: t.Worker, Model: t.Model, PromptTokens: t.PromptTokens,
+			CachedTokens: t.CachedTokens, FirstToken: t.firstAt != (time.Time{}), Age: now.Sub(t.Start), PredictedTTFT: t.Predicted.TTFT})
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Age > ts[j].Age })
+	return out, ts
+}
+
+// InFlight returns the number of open tickets (all workers).
+func (r *Router) InFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.tickets)
+}
+
+type registryListener struct{ r *Router }
+
+func (l registryListener) WorkerAdded(*workers.Worker) {}
+
+func (l registryListener) WorkerRemoved(w *workers.Worker) {
+	r := l.r
+	n := 0
+	r.mu.Lock()
+	for _, t := range r.tickets {
+		if t.Worker == w.Name {
+			r.releaseLocked(t, true)
+			n++
+		}
+	}
+	delete(r.flights, w.Name)
+	r.m.InFlight.DeleteLabelValues(w.Name)
+	r.m.InFlightTokens.DeleteLabelValues(w.Name)
+	r.mu.Unlock()
+	if n > 0 {
+		r.m.TicketsReleased.WithLabelValues("worker_removed").Add(float64(n))
+	}
+	if r.opt.Index != nil {
+		r.opt.Index.RemoveWorker(w.Name)
+	}
+}
+
+// Ticket is one booked routing decision. Its exported fields are set at Pick and never
+// change; FirstToken, Done and Abort are safe to call from any goroutine, in any order,
+// any number of times: only the first Done/Abort counts, and FirstToken after either
+// is ignored.
+type Ticket struct {
+	r  *Router
+	id uint64
+
+	RequestID    string
+	Worker       string // worker name
+	Address      string // "ip:port" to send the request to
+	Model        string
+	PromptTokens int // 0 when unknown
+	CachedTokens int // predicted cached prefix on Worker, tokens
+	Reason       string
+	Path         tokenize.Path
+	Degraded     string
+	Predicted    scoring.Prediction
+	Start        time.Time
+
+	prefill int            // booked uncached prefill tokens
+	booked  scoring.Booked // the worker's bookings before this one (learning feature)
+	load    workers.Load
+
+	// guarded by r.mu
+	firstAt time.Time
+	ended   bool
+}
+
+// FirstToken records that the first generated token reached kvroute at time at (zero
+// → now): the prefill part of the booking is released and the observed TTFT is handed
+// to the policy if it learns.
+func (t *Ticket) FirstToken(at time.Time) {
+	r := t.r
+	if at.IsZero() {
+		at = r.opt.Now()
+	}
+	r.mu.Lock()
+	if t.ended || !t.firstAt.IsZero() {
+		r.mu.Unlock()
+		return
+	}
+	t.firstAt = at
+	if f := r.flights[t.Worker]; f != nil {
+		f.booked.Prefilling--
+		f.booked.PrefillTokens -= t.prefill
+		f.booked.Decoding++
+		r.gaugesLocked(t.Worker, f)
+	}
+	r.mu.Unlock()
+	ttft := at.Sub(t.Start)
+	r.m.TicketsReleased.WithLabelValues("first_token").Inc()
+	r.m.TTFTSeconds.WithLabelValues(t.Worker).Observe(ttft.Seconds())
+	if l, ok := r.opt.Policy.(scoring.Learner); ok {
+		l.Observe(t.observation(ttft, 0, response.Usage{}, 0))
+	}
+}
+
+// Done records completion (end of stream, trailers, or a complete non-streamed body)
+// at time at (zero → now) with the upstream status and the usage the engine reported.
+func (t *Ticket) Done(status int, usage response.Usage, at time.Time) {
+	r := t.r
+	if at.IsZero() {
+		at = r.opt.Now()
+	}
+	if !r.end(t, "done") {
+		return
+	}
+	e2e := at.Sub(t.Start)
+	r.m.E2ESeconds.WithLabelValues(t.Worker).Observe(e2e.Seconds())
+	if l, ok := r.opt.Policy.(scoring.Learner); ok {
+		var ttft time.Duration
+		if fa := t.firstAtLocked(); !fa.IsZero() {
+			ttft = fa.Sub(t.Start)
+		}
+		l.Observe(t.observation(ttft, e2e, usage, status))
+	}
+}
+
+// Abort releases the booking without learning (client went away, upstream reset,
+// stream cancelled).
+func (t *Ticket) Abort() {
+	t.r.end(t, "abort")
+}
+
+func (t *Ticket) firstAtLocked() time.Time {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	return t.firstAt
+}
+
+func (r *Router) end(t *Ticket, how string) bool {
+	r.mu.Lock()
+	if t.ended {
+		r.mu.Unlock()
+		return false
+	}
+	r.releaseLocked(t, false)
+	r.mu.Unlock()
+	r.m.TicketsReleased.WithLabelValues(how).Inc()
+	return true
+}
+
+// releaseLocked removes t's booking. Caller holds r.mu and counts the release.
+func (r *Router) releaseLocked(t *Ticket, _ bool) {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	delete(r.tickets, t.id)
+	f := r.flights[t.Worker]
+	if f == nil {
+		return
+	}
+	f.booked.Requests--
+	if t.firstAt.IsZero() {
+		f.booked.Prefilling--
+		f.booked.PrefillTokens -= t.prefill
+	} else {
+		f.booked.Decoding--
+	}
+	r.gaugesLocked(t.Worker, f)
+}
+
+func (t *Ticket) observation(ttft, e2e time.Duration, u response.Usage, status int) scoring.Observation {
+	return scoring.Observation{Worker: t.Worker, PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens,
+		Booked: t.booked, Load: t.load, Predicted: t.Predicted, TTFT: ttft, E2E: e2e, Usage: u, Status: status}
+}

@@ -1,0 +1,217 @@
+// Package workers holds the set of inference workers (endpoints) kvroute routes to:
+// the registry, discovery sources (static config first), the scraped view of each
+// worker's own vLLM /metrics, and health.
+package workers
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Profile is what kvroute assumes about a worker's speed before it has learned anything.
+// Zero fields mean "use the model's or the global default".
+type Profile struct {
+	PrefillTokensPerSecond float64       // uncached prompt tokens prefilled per second, one request alone
+	DecodeTokensPerSecond  float64       // tokens generated per second per sequence at small batch
+	Overhead               time.Duration // fixed time from arrival to first token besides prefill (scheduling, network)
+	BlockCapacity          int           // KV cache capacity in blocks (for approximate mode); 0 unknown
+}
+
+// KVEvents says where a worker publishes vLLM KV cache events.
+type KVEvents struct {
+	Endpoint       string // ZMQ PUB endpoint kvroute's SUB connects to, e.g. tcp://10.0.0.5:5557; "" = none
+	ReplayEndpoint string // ZMQ ROUTER replay endpoint; "" = no replay
+	Topic          string // topic filter; "" = all
+	DPSize         int    // data-parallel ranks; rank r publishes on port+r (0 or 1 = one rank)
+}
+
+// Worker is one inference endpoint.
+type Worker struct {
+	Name     string   // unique name; defaults to Address
+	Address  string   // HTTP endpoint "ip:port", written into the destination header
+	Models   []string // served model names (and LoRA adapters) this worker accepts
+	KVEvents KVEvents
+	Profile  Profile
+}
+
+// Serves reports whether w serves model.
+func (w *Worker) Serves(model string) bool {
+	for _, m := range w.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// Load is a worker's own view of itself, scraped from its vLLM /metrics.
+type Load struct {
+	Waiting   float64   // vllm:num_requests_waiting
+	Running   float64   // vllm:num_requests_running
+	KVUsage   float64   // vllm:kv_cache_usage_perc, 0..1
+	ScrapedAt time.Time // zero if never scraped
+}
+
+// Registry is the current set of workers. Safe for concurrent use.
+// Listeners are told about additions and removals so that the index, event
+// subscriptions and in-flight state follow the set.
+type Registry struct {
+	mu        sync.RWMutex
+	workers   map[string]*Worker // guarded by mu
+	healthy   map[string]bool    // guarded by mu; absent = healthy
+	load      map[string]Load    // guarded by mu
+	listeners []Listener         // guarded by mu
+	version   uint64             // guarded by mu; bumped on every change
+}
+
+// Listener is told about registry changes. Calls are made outside the registry lock,
+// in the order changes happened; a listener must not block for long.
+type Listener interface {
+	WorkerAdded(w *Worker)
+	WorkerRemoved(w *Worker)
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{workers: map[string]*Worker{}, healthy: map[string]bool{}, load: map[string]Load{}}
+}
+
+// Subscribe adds a listener and replays the current workers to it as additions.
+func (r *Registry) Subscribe(l Listener) {
+	r.mu.Lock()
+	r.listeners = append(r.listeners, l)
+	cur := r.sortedLocked()
+	r.mu.Unlock()
+	for _, w := range cur {
+		l.WorkerAdded(w)
+	}
+}
+
+// Set replaces the whole set (static config, or a discovery snapshot): workers not in
+// ws are removed, new ones added, changed ones removed and re-added.
+func (r *Registry) Set(ws []*Worker) {
+	r.mu.Lock()
+	next := make(map[string]*Worker, len(ws))
+	for _, w := range ws {
+		next[w.Name] = w
+	}
+	var added, removed []*Worker
+	for name, old := range r.workers {
+		if nw, ok := next[name]; !ok || !sameWorker(old, nw) {
+			removed = append(removed, old)
+			delete(r.workers, name)
+			delete(r.load, name)
+			delete(r.healthy, name)
+		}
+	}
+	for name, w := range next {
+		if _, ok := r.workers[name]; !ok {
+			r.workers[name] = w
+			added = append(added, w)
+		}
+	}
+	if len(added)+len(removed) > 0 {
+		r.version++
+	}
+	ls := append([]Listener(nil), r.listeners...)
+	r.mu.Unlock()
+	sort.Slice(removed, func(i, j int) bool { return removed[i].Name < removed[j].Name })
+	sort.Slice(added, func(i, j int) bool { return added[i].Name < added[j].Name })
+	for _, l := range ls {
+		for _, w := range removed {
+			l.WorkerRemoved(w)
+		}
+		for _, w := range added {
+			l.WorkerAdded(w)
+		}
+	}
+}
+
+func sameWorker(a, b *Worker) bool {
+	if a.Address != b.Address || a.KVEvents != b.KVEvents || a.Profile != b.Profile || len(a.Models) != len(b.Models) {
+		return false
+	}
+	for i := range a.Models {
+		if a.Models[i] != b.Models[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Get returns the worker named name.
+func (r *Registry) Get(name string) (*Worker, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	w, ok := r.workers[name]
+	return w, ok
+}
+
+// All returns every worker, sorted by name.
+func (r *Registry) All() []*Worker {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.sortedLocked()
+}
+
+func (r *Registry) sortedLocked() []*Worker {
+	out := make([]*Worker, 0, len(r.workers))
+	for _, w := range r.workers {
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Candidates appends to dst the healthy workers serving model, sorted by name, and
+// reports whether any worker (healthy or not) serves it.
+func (r *Registry) Candidates(model string, dst []*Worker) (_ []*Worker, known bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, w := range r.workers {
+		if model != "" && !w.Serves(model) {
+			continue
+		}
+		known = true
+		if h, ok := r.healthy[w.Name]; ok && !h {
+			continue
+		}
+		dst = append(dst, w)
+	}
+	sort.Slice(dst, func(i, j int) bool { return dst[i].Name < dst[j].Name })
+	return dst, known
+}
+
+// SetHealthy marks a worker healthy or not (health checks, scrape failures).
+func (r *Registry) SetHealthy(name string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, exists := r.workers[name]; exists {
+		r.healthy[name] = ok
+	}
+}
+
+// Healthy reports a worker's health (true when never marked).
+func (r *Registry) Healthy(name string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	h, ok := r.healthy[name]
+	return !ok || h
+}
+
+// SetLoad records a scraped load for a worker.
+func (r *Registry) SetLoad(name string, l Load) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, exists := r.workers[name]; exists {
+		r.load[name] = l
+	}
+}
+
+// Load returns the last scraped load of a worker (zero Load if never scraped).
+func (r *Registry) Load(name string) Load {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.load[name]
+}
