@@ -69,11 +69,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 }
 
 func newPolicy(cfg *config.Config) (scoring.Policy, error) {
-	switch cfg.Scoring.Policy {
-	case "kvroute":
-		return &scoring.Simple{PrefillTokensPerSecond: cfg.Scoring.PrefillTokensPerSecond, Overhead: cfg.Scoring.Overhead}, nil
-	}
-	return nil, fmt.Errorf("scoring.policy: unknown policy %q", cfg.Scoring.Policy)
+	return scoring.New(cfg.Scoring.Policy, scoring.Options{PrefillTokensPerSecond: cfg.Scoring.PrefillTokensPerSecond, Overhead: cfg.Scoring.Overhead})
 }
 
 // staticWorkers converts the configured workers; a worker without models serves every

@@ -1,6 +1,11 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+)
 
 // Scoring configures the TTFT predictor and the picker.
 type Scoring struct {
@@ -16,16 +21,9 @@ func defaultScoring() Scoring {
 	return Scoring{Policy: "kvroute", PrefillTokensPerSecond: 5000, Overhead: 20 * time.Millisecond}
 }
 
-// Policies lists the accepted values of scoring.policy.
-var Policies = []string{"kvroute"}
-
 func (s Scoring) validate() error {
-	ok := false
-	for _, p := range Policies {
-		ok = ok || p == s.Policy
-	}
-	if !ok {
-		return fieldErr("scoring.policy", "unknown policy %q (one of %v)", s.Policy, Policies)
+	if !slices.Contains(scoring.PolicyNames, s.Policy) {
+		return fieldErr("scoring.policy", "unknown policy %q (one of %v)", s.Policy, scoring.PolicyNames)
 	}
 	if s.PrefillTokensPerSecond <= 0 {
 		return fieldErr("scoring.prefill_tokens_per_second", "must be > 0, got %g", s.PrefillTokensPerSecond)

@@ -302,7 +302,7 @@ func (r *Router) Sweep() int {
 		}
 	}
 	for _, t := range expired {
-		r.releaseLocked(t, true)
+		r.releaseLocked(t)
 	}
 	r.mu.Unlock()
 	if n := len(expired); n > 0 {
@@ -389,7 +389,7 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 	r.mu.Lock()
 	for _, t := range r.tickets {
 		if t.Worker == w.Name {
-			r.releaseLocked(t, true)
+			r.releaseLocked(t)
 			n++
 		}
 	}
@@ -502,14 +502,14 @@ func (r *Router) end(t *Ticket, how string) bool {
 		r.mu.Unlock()
 		return false
 	}
-	r.releaseLocked(t, false)
+	r.releaseLocked(t)
 	r.mu.Unlock()
 	r.m.TicketsReleased.WithLabelValues(how).Inc()
 	return true
 }
 
 // releaseLocked removes t's booking. Caller holds r.mu and counts the release.
-func (r *Router) releaseLocked(t *Ticket, _ bool) {
+func (r *Router) releaseLocked(t *Ticket) {
 	if t.ended {
 		return
 	}

@@ -7,6 +7,7 @@
 package scoring
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -18,10 +19,10 @@ import (
 
 // Booked is kvroute's own in-flight view of one worker, kept by the router.
 type Booked struct {
-	Requests      int // requests routed here and not yet finished
-	PrefillTokens int // uncached prompt tokens of booked requests without a first token yet
-	Prefilling    int // booked requests without a first token yet
-	Decoding      int // booked requests past their first token, still generating
+	Requests      int `json:"requests"`       // requests routed here and not yet finished
+	PrefillTokens int `json:"prefill_tokens"` // uncached prompt tokens of booked requests without a first token yet
+	Prefilling    int `json:"prefilling"`     // booked requests without a first token yet
+	Decoding      int `json:"decoding"`       // booked requests past their first token, still generating
 }
 
 // Candidate is one worker that can serve the request, with everything known about it
@@ -191,4 +192,23 @@ func (s *Simple) Pick(in *Input, cands []Candidate) Decision {
 		}
 	}
 	return Decision{Index: best, Reason: reason, Predictions: preds}
+}
+
+// Options are the settings every policy constructor receives.
+type Options struct {
+	PrefillTokensPerSecond float64       // default prefill rate for workers without a profile
+	Overhead               time.Duration // default fixed per-request time
+	Rand                   *rand.Rand    // nil: a randomly seeded source; tests and simulations inject a seeded one
+}
+
+// PolicyNames lists the names New accepts (scoring.policy values).
+var PolicyNames = []string{"kvroute"}
+
+// New returns the policy named name.
+func New(name string, o Options) (Policy, error) {
+	switch name {
+	case "kvroute":
+		return &Simple{PrefillTokensPerSecond: o.PrefillTokensPerSecond, Overhead: o.Overhead, Rand: o.Rand}, nil
+	}
+	return nil, fmt.Errorf("scoring: unknown policy %q (one of %v)", name, PolicyNames)
 }

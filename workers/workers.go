@@ -47,10 +47,10 @@ func (w *Worker) Serves(model string) bool {
 
 // Load is a worker's own view of itself, scraped from its vLLM /metrics.
 type Load struct {
-	Waiting   float64   // vllm:num_requests_waiting
-	Running   float64   // vllm:num_requests_running
-	KVUsage   float64   // vllm:kv_cache_usage_perc, 0..1
-	ScrapedAt time.Time // zero if never scraped
+	Waiting   float64   `json:"waiting"`    // vllm:num_requests_waiting
+	Running   float64   `json:"running"`    // vllm:num_requests_running
+	KVUsage   float64   `json:"kv_usage"`   // vllm:kv_cache_usage_perc, 0..1
+	ScrapedAt time.Time `json:"scraped_at"` // zero if never scraped
 }
 
 // Registry is the current set of workers. Safe for concurrent use.
