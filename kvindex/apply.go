@@ -319,8 +319,8 @@ func (ix *Index) ResetRank(name string, dpRank int) {
 
 // Desync marks worker's entries as possibly stale: events were lost and could not be
 // replayed. The worker runs approximate (its entries still count) until fresh
-// BlockStored events have covered its cache again — as many blocks as its capacity (or
-// as it held at the desync, when the capacity is unknown) — or an AllBlocksCleared
+// BlockStored events have covered its cache again — as many blocks as its capacity (or, when
+// unknown, as it held at the desync but at least DefaultCoverBlocks) — or an AllBlocksCleared
 // resets it; then the entries not refreshed since the desync are dropped.
 func (ix *Index) Desync(name string) {
 	w := ix.worker(name)
@@ -334,10 +334,16 @@ func (ix *Index) Desync(name string) {
 	w.stored = 0
 	w.staleUntil = w.info.BlockCapacity
 	if w.staleUntil <= 0 {
-		w.staleUntil = max(w.nEng, 1)
+		// Unknown capacity: what it held, but at least a small cache's worth, since
+		// the lost messages may have stored blocks we never saw.
+		w.staleUntil = max(w.nEng, DefaultCoverBlocks)
 	}
 	ix.modeLocked(w)
 }
+
+// DefaultCoverBlocks is how many fresh blocks cover a desynced worker whose block
+// capacity is unknown and which held fewer entries than that.
+const DefaultCoverBlocks = 1024
 
 // coverLocked ends a desync once enough fresh blocks were stored.
 func (ix *Index) coverLocked(w *worker) {
