@@ -124,7 +124,7 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32)
 		}
 		parent = ns.Seed()
 	} else {
-		pe, ok := r.eng[e.Parent.ID]
+		pe, ok := r.get(e.Parent.ID)
 		if !ok {
 			ix.m.Anomalies.WithLabelValues(w.name, "unknown_parent").Inc()
 			return 0
@@ -147,35 +147,23 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32)
 
 // storeLocked adds one reference of (rank, engine hash eh) → k in tier t.
 func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now uint32) {
-	e, ok := r.eng[eh]
-	if ok && e.key != k {
+	i, e := r.slot(eh)
+	if i >= 0 && e.key != k {
 		// The engine reused a hash for other content (hash collision or a restart
 		// we missed): the old mapping is gone.
 		ix.releaseLocked(w, r, eh, e)
-		ok = false
+		i, e = -1, engEntry{}
 	}
-	if !ok {
+	if i < 0 {
 		e = engEntry{key: k}
 		w.nEng++
 		ix.nEng.Add(1)
 	}
-	e.gen = w.gen
+	e.gen = uint8(w.gen)
 	first := e.refs[t] == 0
-	if e.refs[t] < 255 {
-		e.refs[t]++
-	}
-	r.eng[eh] = e
-	before, _, _ := ix.update(k, w.id, func() holder { return holder{wf: w.id} }, func(h *holder) bool {
-		if h.spec() { // a confirming store replaces a speculative entry
-			*h = holder{wf: w.id}
-		}
-		if first {
-			h.addRef(t, 1)
-		}
-		h.stamp = now
-		return true
-	})
-	if before.spec() {
+	e.refs[t] = min(e.refs[t]+1, 15)
+	r.setAt(i, eh, e)
+	if ix.confirm(k, w.id, t, first, now) { // a confirming store replaces a speculative entry
 		w.specLive--
 	}
 }
@@ -183,8 +171,8 @@ func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now u
 // removeLocked releases one reference of (rank, eh) in tier t and reports whether the
 // hash was known.
 func (ix *Index) removeLocked(w *worker, r *rank, eh uint64, t Tier) bool {
-	e, ok := r.eng[eh]
-	if !ok {
+	i, e := r.slot(eh)
+	if i < 0 {
 		return false
 	}
 	if e.refs[t] == 0 {
@@ -198,34 +186,32 @@ func (ix *Index) removeLocked(w *worker, r *rank, eh uint64, t Tier) bool {
 	}
 	e.refs[t]--
 	if e.refs[t] == 0 {
-		ix.update(e.key, w.id, nil, func(h *holder) bool {
-			h.addRef(t, -1)
-			return h.refs != 0 || h.spec()
-		})
+		ix.unref(e.key, w.id, t)
 	}
 	if e.refs == [NumTiers]uint8{} {
-		delete(r.eng, eh)
+		r.t.del(i)
 		w.nEng--
 		ix.nEng.Add(-1)
 	} else {
-		r.eng[eh] = e
+		r.setAt(i, eh, e)
 	}
 	return true
 }
 
 // releaseLocked drops every reference of (rank, eh).
 func (ix *Index) releaseLocked(w *worker, r *rank, eh uint64, e engEntry) {
-	ix.update(e.key, w.id, nil, func(h *holder) bool {
-		for t := Tier(0); t < NumTiers; t++ {
-			if e.refs[t] > 0 {
-				h.addRef(t, -1)
-			}
-		}
-		return h.refs != 0 || h.spec()
-	})
-	delete(r.eng, eh)
+	ix.unrefAll(w, e)
+	r.del(eh)
 	w.nEng--
 	ix.nEng.Add(-1)
+}
+
+func (ix *Index) unrefAll(w *worker, e engEntry) {
+	for t := Tier(0); t < NumTiers; t++ {
+		if e.refs[t] > 0 {
+			ix.unref(e.key, w.id, t)
+		}
+	}
 }
 
 // clearLocked drops the confirmed entries of one rank (dpRank ≥ 0) or of all ranks.
@@ -234,9 +220,12 @@ func (ix *Index) clearLocked(w *worker, dpRank int) {
 		if dpRank >= 0 && n != dpRank {
 			continue
 		}
-		for eh, e := range r.eng {
-			ix.releaseLocked(w, r, eh, e)
+		for _, it := range r.items(0, -1) {
+			ix.unrefAll(w, it.e)
 		}
+		w.nEng -= r.len()
+		ix.nEng.Add(-int64(r.len()))
+		r.clear()
 	}
 }
 
@@ -351,9 +340,9 @@ func (ix *Index) coverLocked(w *worker) {
 		return
 	}
 	for _, r := range w.ranks {
-		for eh, e := range r.eng {
-			if e.gen < w.desyncGen {
-				ix.releaseLocked(w, r, eh, e)
+		for _, it := range r.items(0, -1) {
+			if it.e.gen != uint8(w.gen) { // not stored since the desync (gen wraps after 256 desyncs)
+				ix.releaseLocked(w, r, it.eh, it.e)
 			}
 		}
 	}

@@ -7,8 +7,8 @@ import (
 // Bytes per structure, measured with runtime.MemStats in TestBytesPerEntry (Go 1.26
 // swiss maps at their average load; see BENCHMARKS.md "KV index"):
 const (
-	bytesPerKey    = 40 // shard map slot: Key (8) + hset (16) at ~0.6 average load
-	bytesPerMore   = 12 // overflow holder (8) + slice growth slack
+	bytesPerKey    = 22 // shard table slot: key (8) + holder (8) at ~0.72 average load
+	bytesPerShared = 20 // a holder in an overflow list (8, plus slice growth) and the list's share of its header
 	bytesPerEng    = 40 // rank map slot: uint64 (8) + engEntry (24) at ~0.8 average load
 	bytesPerFIFO   = 16 // speculative FIFO entry
 	evictBatch     = 64 // victims per memory-eviction round
@@ -19,7 +19,8 @@ const (
 // Bytes is the index's estimated memory: counts of each structure times its measured
 // size.
 func (ix *Index) Bytes() int64 {
-	return ix.nKeys.Load()*bytesPerKey + ix.nMore.Load()*bytesPerMore + ix.nEng.Load()*bytesPerEng + ix.nFIFO.Load()*bytesPerFIFO
+	shared := ix.nHolders.Load() - ix.nKeys.Load() // holders beyond the first of their key
+	return ix.nKeys.Load()*bytesPerKey + shared*bytesPerShared + ix.nEng.Load()*bytesPerEng + ix.nFIFO.Load()*bytesPerFIFO
 }
 
 // Entries is the number of (block, worker) entries: confirmed and speculative holders.
@@ -114,13 +115,13 @@ func (ix *Index) evictEngLocked(w *worker, n int) int {
 	}
 	var cs []cand
 	for _, r := range w.ranks {
-		i := 0
-		for eh, e := range r.eng { // map iteration starts at a random position
-			h, _ := ix.peek(e.key, w.id)
-			cs = append(cs, cand{r, eh, e, h.stamp})
-			if i++; i >= evictSample*4 {
-				break
-			}
+		if r.t.Cap() == 0 {
+			continue
+		}
+		start := int(ix.evictCursor.Add(0x9E3779B9) % uint32(r.t.Cap())) // a new region each round
+		for _, it := range r.items(start, evictSample*4) {
+			h, _ := ix.peek(it.e.key, w.id)
+			cs = append(cs, cand{r, it.eh, it.e, h.stamp})
 		}
 	}
 	now := ix.tick()

@@ -126,7 +126,7 @@ type Index struct {
 	names   atomic.Pointer[[]string] // id → name, copy-on-write for lock-free Lookup
 
 	// counters for memory accounting, updated atomically by writers
-	nKeys, nHolders, nMore, nEng, nFIFO atomic.Int64
+	nKeys, nHolders, nEng, nFIFO atomic.Int64
 	evictCursor                         atomic.Uint32
 }
 
@@ -158,12 +158,12 @@ func New(opt Options) *Index {
 		}
 		ix.specs[md.Name] = md
 	}
-	for i := range ix.shards {
-		ix.shards[i].m = make(map[Key]hset)
-	}
 	ix.names.Store(&[]string{""})
 	return ix
 }
+
+// lookupSink keeps the compiler from dropping Lookup's read-ahead loads.
+var lookupSink atomic.Uint64
 
 // tick is now in milliseconds since the index was created, wrapping after 49 days;
 // compare ticks with after().
@@ -194,76 +194,67 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 		}
 	}()
 	base := len(dst)
-	hs, ok := ix.shards[shardOf(keys[0])].m[keys[0]]
-	if !ok {
-		return dst
+	// pos maps worker id → index in dst[base:] (−1: not a candidate).
+	var posBuf [64]int32
+	var pos []int32
+	if len(names) <= len(posBuf) {
+		pos = posBuf[:len(names)]
+	} else {
+		pos = make([]int32, len(names))
 	}
-	hs.each(func(h holder) bool {
-		if t, ok := h.live(now); ok {
+	for i := range pos {
+		pos[i] = -1
+	}
+	k0 := keys[0]
+	sh := &ix.shards[shardOf(k0)]
+	_, hs0 := sh.holders(k0)
+	for _, h := range hs0 {
+		if t, ok := h.live(now); ok && int(h.id()) < len(pos) {
 			m := Match{Worker: names[h.id()], Blocks: 1}
 			m.ByTier[t] = 1
+			pos[h.id()] = int32(len(dst) - base)
 			dst = append(dst, m)
 		}
-		return true
-	})
+	}
 	found := dst[base:]
-	if len(found) == 0 || len(keys) == 1 {
+	if len(found) == 0 {
 		return dst
 	}
-	// pos maps worker id → index in found; small worker sets scan linearly.
-	ids := make([]uint16, 0, len(found))
-	hs.each(func(h holder) bool {
-		if _, ok := h.live(now); ok {
-			ids = append(ids, h.id())
-		}
-		return true
-	})
-	var pos []int32
-	if len(ids) > 8 {
-		pos = make([]int32, len(names))
-		for i := range pos {
-			pos[i] = -1
-		}
-		for j, id := range ids {
-			pos[id] = int32(j)
-		}
-	}
-	find := func(id uint16) int {
-		if pos != nil {
-			if int(id) < len(pos) {
-				return int(pos[id])
-			}
-			return -1
-		}
-		for j, x := range ids {
-			if x == id {
-				return j
-			}
-		}
-		return -1
-	}
+	var ahead uint64
 	for i := 1; i < len(keys); i++ {
-		k := keys[i]
-		hs, ok := ix.shards[shardOf(k)].m[k]
-		if !ok {
-			break
+		if i&7 == 1 {
+			// Load the home slots of the next 8 keys first: independent loads, so their
+			// cache misses overlap instead of being paid one by one.
+			for j := i; j < min(i+8, len(keys)); j++ {
+				t := &ix.shards[shardOf(keys[j])].t
+				if len(t.s) > 0 {
+					ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
+				}
+			}
 		}
+		k := keys[i]
+		sh := &ix.shards[shardOf(k)]
 		advanced := 0
-		hs.each(func(h holder) bool {
-			j := find(h.id())
-			if j < 0 || found[j].Blocks != i {
-				return true
+		_, hs := sh.holders(k)
+		for _, h := range hs {
+			id := h.id()
+			if int(id) >= len(pos) || pos[id] < 0 {
+				continue
+			}
+			m := &found[pos[id]]
+			if m.Blocks != i {
+				continue
 			}
 			if t, ok := h.live(now); ok {
-				found[j].Blocks++
-				found[j].ByTier[t]++
+				m.Blocks++
+				m.ByTier[t]++
 				advanced++
 			}
-			return true
-		})
+		}
 		if advanced == 0 {
 			break
 		}
 	}
+	lookupSink.Add(ahead & 1)
 	return dst
 }

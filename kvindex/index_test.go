@@ -376,3 +376,52 @@ func TestMemoryCapEvicts(t *testing.T) {
 		t.Fatal("evicted everything")
 	}
 }
+
+// Many workers on one key exercise the overflow chunks (grow and shrink across size
+// classes); the holders must stay exact.
+func TestManyHoldersPerKey(t *testing.T) {
+	ix, _ := newTestIndex(t)
+	var names []string
+	for i := 0; i < 40; i++ {
+		names = append(names, string(rune('A'+i)))
+	}
+	addWorkers(ix, names...)
+	tk := toks(1, 2)
+	keys := keysOf("m", tk)
+	for i, n := range names {
+		apply(t, ix, n, 0, stored([]uint64{uint64(i*10 + 1), uint64(i*10 + 2)}, nil, tk))
+	}
+	check := func(want map[string]int) {
+		t.Helper()
+		got := blocksOf(ix.Lookup(keys, nil))
+		if len(got) != len(want) {
+			t.Fatalf("got %d workers, want %d", len(got), len(want))
+		}
+		for n, b := range want {
+			if got[n] != b {
+				t.Fatalf("%s: %d blocks, want %d", n, got[n], b)
+			}
+		}
+	}
+	want := map[string]int{}
+	for _, n := range names {
+		want[n] = 2
+	}
+	check(want)
+	// remove block 1 from every other worker, then block 0 from all but 1 worker
+	for i, n := range names {
+		if i%2 == 0 {
+			apply(t, ix, n, 0, removed(uint64(i*10+2)))
+			want[n] = 1
+		}
+	}
+	check(want)
+	for i, n := range names[1:] {
+		apply(t, ix, n, 0, removed(uint64((i+1)*10+1)))
+		delete(want, n)
+	}
+	check(want)
+	if ix.Keys() != 2 || ix.Entries() != 21 { // key 0: A; key 1: the 20 odd workers
+		t.Fatalf("keys %d entries %d", ix.Keys(), ix.Entries())
+	}
+}

@@ -33,10 +33,10 @@ func (ix *Index) Summary(name string) (WorkerSummary, bool) {
 		s.CoverLeft = max(w.staleUntil-w.stored, 0)
 	}
 	for n, r := range w.ranks {
-		s.Ranks[n] = len(r.eng)
-		for _, e := range r.eng {
+		s.Ranks[n] = r.len()
+		for _, it := range r.items(0, -1) {
 			for t := Tier(0); t < NumTiers; t++ {
-				if e.refs[t] > 0 {
+				if it.e.refs[t] > 0 {
 					s.ByTier[t.String()]++
 				}
 			}

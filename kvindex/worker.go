@@ -20,19 +20,6 @@ type WorkerInfo struct {
 	Events bool
 }
 
-// engEntry is one (rank, engine hash): the key it maps to and its reference counts per
-// tier (vLLM may store the same hash twice; each BlockRemoved releases one).
-type engEntry struct {
-	key  Key
-	refs [NumTiers]uint8 // saturating at 255
-	gen  uint32          // worker generation at the last store (see Desync)
-}
-
-// rank is one data-parallel rank's engine state (engine hashes are per process).
-type rank struct {
-	eng map[uint64]engEntry
-}
-
 type specEntry struct {
 	key   Key
 	stamp uint32
@@ -311,7 +298,7 @@ func (ix *Index) Remove(name string, keys []Key) {
 func (w *worker) rank(n int) *rank {
 	r := w.ranks[n]
 	if r == nil {
-		r = &rank{eng: map[uint64]engEntry{}}
+		r = &rank{}
 		w.ranks[n] = r
 	}
 	return r
