@@ -127,7 +127,7 @@ type Index struct {
 
 	// counters for memory accounting, updated atomically by writers
 	nKeys, nHolders, nEng, nFIFO atomic.Int64
-	evictCursor                         atomic.Uint32
+	evictCursor                  atomic.Uint32
 }
 
 // New returns an empty Index.
