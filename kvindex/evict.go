@@ -7,9 +7,9 @@ import (
 // Bytes per structure, measured with runtime.MemStats in TestBytesPerEntry (Go 1.26
 // swiss maps at their average load; see BENCHMARKS.md "KV index"):
 const (
-	bytesPerKey    = 22 // shard table slot: key (8) + holder (8) at ~0.72 average load
+	bytesPerKey    = 20 // shard table slot: key (8) + holder (8) at ~0.8 average load
 	bytesPerShared = 20 // a holder in an overflow list (8, plus slice growth) and the list's share of its header
-	bytesPerEng    = 40 // rank map slot: uint64 (8) + engEntry (24) at ~0.8 average load
+	bytesPerEng    = 25 // rank table slot: engine hash (8) + key (8) + refs/gen (4) at ~0.8 average load
 	bytesPerFIFO   = 16 // speculative FIFO entry
 	evictBatch     = 64 // victims per memory-eviction round
 	evictSample    = 32 // engine entries sampled per round

@@ -220,39 +220,50 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 	if len(found) == 0 {
 		return dst
 	}
+	// Keys are processed in groups of 8: first every key's slot is found and its
+	// overflow chunk touched (independent loads, so the cache misses of 8 keys overlap
+	// instead of being paid one by one), then the group is walked.
+	const group = 8
+	var slots [group]int32
 	var ahead uint64
-	for i := 1; i < len(keys); i++ {
-		if i&7 == 1 {
-			// Load the home slots of the next 8 keys first: independent loads, so their
-			// cache misses overlap instead of being paid one by one.
-			for j := i; j < min(i+8, len(keys)); j++ {
-				t := &ix.shards[shardOf(keys[j])].t
-				if len(t.s) > 0 {
-					ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
+	for g := 1; g < len(keys); g += group {
+		end := min(g+group, len(keys))
+		for j := g; j < end; j++ {
+			sh := &ix.shards[shardOf(keys[j])]
+			i := sh.t.find(uint64(keys[j]))
+			slots[j-g] = int32(i)
+			if i >= 0 {
+				if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {
+					ahead += uint64(sh.arena[h.stamp].wf)
 				}
 			}
 		}
-		k := keys[i]
-		sh := &ix.shards[shardOf(k)]
-		advanced := 0
-		_, hs := sh.holders(k)
-		for _, h := range hs {
-			id := h.id()
-			if int(id) >= len(pos) || pos[id] < 0 {
-				continue
+		for i := g; i < end; i++ {
+			if slots[i-g] < 0 {
+				lookupSink.Add(ahead & 1)
+				return dst
 			}
-			m := &found[pos[id]]
-			if m.Blocks != i {
-				continue
+			sh := &ix.shards[shardOf(keys[i])]
+			advanced := 0
+			for _, h := range sh.holdersAt(int(slots[i-g])) {
+				id := h.id()
+				if int(id) >= len(pos) || pos[id] < 0 {
+					continue
+				}
+				m := &found[pos[id]]
+				if m.Blocks != i {
+					continue
+				}
+				if t, ok := h.live(now); ok {
+					m.Blocks++
+					m.ByTier[t]++
+					advanced++
+				}
 			}
-			if t, ok := h.live(now); ok {
-				m.Blocks++
-				m.ByTier[t]++
-				advanced++
+			if advanced == 0 {
+				lookupSink.Add(ahead & 1)
+				return dst
 			}
-		}
-		if advanced == 0 {
-			break
 		}
 	}
 	lookupSink.Add(ahead & 1)

@@ -55,7 +55,7 @@ func (t *ktab) find(k uint64) int {
 // insert adds k (absent) with h.
 func (t *ktab) insert(k uint64, h holder) {
 	if (t.n+1)*10 > len(t.s)*9 { // load > 0.9 (Robin Hood keeps probes short up there)
-		t.resize(max(rhMinSize, len(t.s)*3/2))
+		t.resize(max(rhMinSize, len(t.s)*5/4))
 	}
 	cur := kslot{rhKey(k), h}
 	n := len(t.s)
