@@ -79,28 +79,25 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	w.batches++
 	ix.coverLocked(w)
 	ix.modeLocked(w)
-	ix.m.WorkerEntries.WithLabelValues(w.name).Set(float64(w.nEng + w.specLive))
+	met := &w.met
+	met.entries.Set(float64(w.nEng + w.specLive))
 	w.mu.Unlock()
 
 	for t, n := range counts {
 		if n > 0 {
-			name := "skipped"
-			if t < 4 {
-				name = kvevents.Type(t).String()
-			}
-			ix.m.Events.WithLabelValues(w.name, name).Add(float64(n))
+			met.events[t].Add(float64(n))
 		}
 	}
 	if stored > 0 {
-		ix.m.Blocks.WithLabelValues(w.name, "stored").Add(float64(stored))
+		met.stored.Add(float64(stored))
 	}
 	if removed > 0 {
-		ix.m.Blocks.WithLabelValues(w.name, "removed").Add(float64(removed))
+		met.removed.Add(float64(removed))
 	}
-	ix.m.Batches.WithLabelValues(w.name).Inc()
+	met.batchs.Inc()
 	if b.TS > 0 {
 		lag := float64(ix.opt.Now().UnixNano())/1e9 - b.TS
-		ix.m.LagSeconds.WithLabelValues(w.name).Observe(max(lag, 0))
+		met.lag.Observe(max(lag, 0))
 	}
 	ix.afterWrite()
 	return nil

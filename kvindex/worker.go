@@ -3,6 +3,8 @@ package kvindex
 import (
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -51,6 +53,16 @@ type worker struct {
 	mismatch   bool   // block size mismatch logged
 	lastMode   Mode
 	removed    bool
+	met        workerMetrics
+}
+
+// workerMetrics are w's metric children, resolved once (label lookups cost more than
+// applying a small batch).
+type workerMetrics struct {
+	events                  [5]prometheus.Counter // by kvevents.Type, then skipped
+	stored, removed, batchs prometheus.Counter
+	lag                     prometheus.Observer
+	entries                 prometheus.Gauge
 }
 
 func (ix *Index) modelOf(w *workers.Worker) string {
@@ -99,6 +111,15 @@ func (ix *Index) SetWorker(info WorkerInfo) {
 			ix.byID = append(ix.byID, nil)
 		}
 		w = &worker{id: id, name: info.Name, ranks: map[int]*rank{}, groups: map[int]bool{}}
+		m := ix.m
+		for t, n := range [...]string{"Unknown", "BlockStored", "BlockRemoved", "AllBlocksCleared", "skipped"} {
+			w.met.events[t] = m.Events.WithLabelValues(info.Name, n)
+		}
+		w.met.stored = m.Blocks.WithLabelValues(info.Name, "stored")
+		w.met.removed = m.Blocks.WithLabelValues(info.Name, "removed")
+		w.met.batchs = m.Batches.WithLabelValues(info.Name)
+		w.met.lag = m.LagSeconds.WithLabelValues(info.Name)
+		w.met.entries = m.WorkerEntries.WithLabelValues(info.Name)
 		ix.byID[id] = w
 		ix.byName[info.Name] = w
 		ix.publishNamesLocked()
