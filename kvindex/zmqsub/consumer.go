@@ -19,6 +19,8 @@ type consumer struct {
 	batch   kvevents.Batch
 	pubs    map[int]*pubState
 	dealers map[int]*zmq.Socket // replay sockets by rank
+	// recovered: a replay ran while handling the current frame (and reused batch)
+	recovered bool
 }
 
 func (c *consumer) close() {
@@ -42,7 +44,8 @@ func (c *consumer) pub(r int) *pubState {
 // handle tracks f's sequence (replaying gaps, detecting restarts) and applies it.
 func (c *consumer) handle(ctx context.Context, f frame) {
 	m := c.s.m
-	err := c.dec.Decode(f.payload, &c.batch)
+	c.recovered = false
+	err := c.dec.Decode(f.payload, &c.batch) // whole payload, before anything is applied
 	r := f.rank
 	if r < 0 { // bind mode: the rank is in the payload
 		if err != nil {
@@ -76,8 +79,10 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 	if f.seq < p.next {
 		return // the replay covered it
 	}
-	// Re-decode: recover may have reused the decoder's batch.
-	if err = c.dec.Decode(f.payload, &c.batch); err != nil {
+	if c.recovered { // recover reused the batch: decode again
+		err = c.dec.Decode(f.payload, &c.batch)
+	}
+	if err != nil {
 		m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
 	} else {
 		_ = m.ix.ApplyBatch(c.name(), r, &c.batch)
@@ -108,6 +113,7 @@ const (
 // replay puts the worker in approximate mode (Index.Desync).
 func (c *consumer) recover(ctx context.Context, r int, p *pubState, from, upto uint64) {
 	m := c.s.m
+	c.recovered = true
 	p.next = from
 	res := c.replay(ctx, r, from, upto == from, func(seq uint64, payload []byte, first bool) bool {
 		if seq < p.next {
