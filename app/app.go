@@ -165,6 +165,16 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}()
 	}
 	goRun(func() error { a.Router.Run(ctx); return nil })
+	// Worker discovery (discovery.mode ≠ static): the source keeps the registry equal to
+	// static ∪ discovered; the router, index and subscriptions follow its listeners.
+	if src, err := a.newDiscovery(); err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	} else if src != nil {
+		goRun(func() error { return src.Run(ctx) })
+		a.Logger.Info("worker discovery started", "mode", a.Config.Discovery.Mode)
+	}
 
 	var grpcServers []*grpc.Server
 	var httpServers []*http.Server
