@@ -213,6 +213,7 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 			cands[i].Booked = f.booked
 		}
 	}
+	in.DryRun = true // policies decide as usual but change no state and count nothing
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
 }
