@@ -110,4 +110,3 @@ type Observation struct {
 type Learner interface {
 	Observe(o Observation)
 }
-

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
-
 )
 
 // PromptText is the text the text-based baselines (GIE approximate prefix, SGLang
