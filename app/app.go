@@ -54,7 +54,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	ms := metrics.New(reg)
 	a := &App{Config: cfg, Logger: logger, Registry: workers.NewRegistry(), Metrics: ms, Gatherer: reg, ready: make(chan struct{})}
 	a.Index = kvindex.New(kvindex.Options{SpeculativeTTL: cfg.Index.SpeculativeTTL})
-	policy, err := newPolicy(cfg)
+	policy, err := newPolicy(cfg, ms)
 	if err != nil {
 		return nil, err
 	}
@@ -68,8 +68,10 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	return a, nil
 }
 
-func newPolicy(cfg *config.Config) (scoring.Policy, error) {
-	return scoring.New(cfg.Scoring.Policy, scoring.Options{PrefillTokensPerSecond: cfg.Scoring.PrefillTokensPerSecond, Overhead: cfg.Scoring.Overhead})
+func newPolicy(cfg *config.Config, ms *metrics.Set) (scoring.Policy, error) {
+	o := cfg.Scoring.Options()
+	o.Metrics = ms.Scoring
+	return scoring.New(cfg.Scoring.Policy, o)
 }
 
 // staticWorkers converts the configured workers; a worker without models serves every
@@ -165,6 +167,12 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}()
 	}
 	goRun(func() error { a.Router.Run(ctx); return nil })
+	// scoring: poll each worker's vLLM /metrics (load for the predictor, health).
+	if sc := a.Config.Scoring.Scrape; sc.Interval > 0 {
+		scraper := workers.NewScraper(a.Registry, workers.ScrapeOptions{Interval: sc.Interval, Timeout: sc.Timeout,
+			FailuresBeforeUnhealthy: sc.FailuresBeforeUnhealthy, Metrics: a.Metrics.Scoring, Logger: a.Logger})
+		goRun(func() error { scraper.Run(ctx); return nil })
+	}
 
 	var grpcServers []*grpc.Server
 	var httpServers []*http.Server
