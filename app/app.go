@@ -54,7 +54,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	ms := metrics.New(reg)
 	a := &App{Config: cfg, Logger: logger, Registry: workers.NewRegistry(), Metrics: ms, Gatherer: reg, ready: make(chan struct{})}
 	a.Index = kvindex.New(kvindex.Options{SpeculativeTTL: cfg.Index.SpeculativeTTL})
-	policy, err := newPolicy(cfg, ms)
+	policy, err := newPolicy(cfg, ms, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -68,9 +68,10 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	return a, nil
 }
 
-func newPolicy(cfg *config.Config, ms *metrics.Set) (scoring.Policy, error) {
+func newPolicy(cfg *config.Config, ms *metrics.Set, logger *slog.Logger) (scoring.Policy, error) {
 	o := cfg.Scoring.Options()
 	o.Metrics = ms.Scoring
+	o.Logger = logger
 	return scoring.New(cfg.Scoring.Policy, o)
 }
 

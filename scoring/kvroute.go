@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"context"
+	"log/slog"
 	"math"
 	"sync"
 
@@ -94,6 +96,9 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		p.mu.Unlock()
 	}
 	d := choose(&p.o, in, cands, preds)
+	if l := p.o.Logger; l != nil && !in.DryRun && l.Enabled(context.Background(), slog.LevelDebug) {
+		p.logDecision(l, in, cands, d)
+	}
 	if !in.DryRun && p.m != nil {
 		if d.Shed {
 			p.m.Shed.WithLabelValues(p.name).Inc()
@@ -103,6 +108,19 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		p.m.Picks.WithLabelValues(p.name, d.Reason).Inc()
 	}
 	return d
+}
+
+// logDecision logs the formula's terms of the chosen worker (and the shed decision).
+func (p *Predictor) logDecision(l *slog.Logger, in *Input, cands []Candidate, d Decision) {
+	if d.Shed {
+		l.Debug("scoring: shed", "request_id", in.RequestID, "retry_after", d.RetryAfter)
+		return
+	}
+	c, pr := &cands[d.Index], d.Predictions[d.Index]
+	l.Debug("scoring: TTFT = queue + prefill + overhead", "request_id", in.RequestID, "worker", c.Worker.Name,
+		"reason", d.Reason, "ttft_s", pr.TTFT.Seconds(), "queue_s", pr.Queue.Seconds(), "prefill_s", pr.Prefill.Seconds(),
+		"overhead_s", pr.Overhead.Seconds(), "prompt_tokens", in.PromptTokens, "cached_tokens", c.CachedTokens,
+		"booked_prefill_tokens", c.Booked.PrefillTokens, "booked_decoding", c.Booked.Decoding, "candidates", len(cands))
 }
 
 // Coefficients is one worker's learned model in physical units (for tests and the

@@ -3,6 +3,7 @@ package scoring
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -75,6 +76,9 @@ type Options struct {
 	Rand *rand.Rand
 	// Metrics receives scoring metrics; nil: none exported.
 	Metrics *metrics.Scoring
+	// Logger receives, at debug level, each kvroute decision with the chosen worker's
+	// terms (guarded by Enabled, so it costs nothing otherwise); nil: no logging.
+	Logger *slog.Logger
 }
 
 // Baselines configures the comparison policies. Zero values take the defaults of the

@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +141,25 @@ func TestSimpleZeroValueWorks(t *testing.T) {
 	cs := []Candidate{cand("a", 0, 10000), cand("b", 0, 0)}
 	if d := s.Pick(input(100), cs); d.Index != 1 {
 		t.Fatalf("zero Simple must pick the idle worker: %+v", d)
+	}
+}
+
+func TestDebugLogNamesTheTerms(t *testing.T) {
+	var buf strings.Builder
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p := NewPredictor(Options{Rand: seeded(1), Logger: l}, true)
+	in := input(1000)
+	in.RequestID = "req-1"
+	p.Pick(in, cands(2))
+	for _, want := range []string{"request_id=req-1", "queue_s=", "prefill_s=", "overhead_s=", "ttft_s="} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("debug log must carry %q: %s", want, buf.String())
+		}
+	}
+	buf.Reset()
+	in.DryRun = true
+	p.Pick(in, cands(2))
+	if buf.Len() != 0 {
+		t.Fatal("explain (dry-run) picks are not logged")
 	}
 }
