@@ -24,7 +24,7 @@ type Scoring struct {
 	// learned, clipped — learned with a clipped residual —, skipped).
 	Observations *prometheus.CounterVec
 	// Picks counts decisions by policy and reason (best, tie, slo, degraded, policy).
-	// Explain (dry-run) picks are not counted.
+	// Shed requests and explain (dry-run) picks are not counted.
 	Picks *prometheus.CounterVec
 	// Shed counts requests refused because even the best prediction exceeded the limit.
 	Shed *prometheus.CounterVec

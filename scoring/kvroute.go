@@ -104,8 +104,8 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 			p.m.Shed.WithLabelValues(p.name).Inc()
 		} else {
 			p.m.PredictedTTFT.WithLabelValues(cands[d.Index].Worker.Name).Observe(preds[d.Index].TTFT.Seconds())
+			p.m.Picks.WithLabelValues(p.name, d.Reason).Inc()
 		}
-		p.m.Picks.WithLabelValues(p.name, d.Reason).Inc()
 	}
 	return d
 }

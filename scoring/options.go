@@ -72,7 +72,8 @@ type Options struct {
 
 	// Rand is the random source for tie-breaks and random baselines. nil: a randomly
 	// seeded source; tests and simulations inject a seeded one. Used only inside Pick
-	// (which the router serializes).
+	// (which the router serializes); *rand.Rand is not safe for concurrent use, so give
+	// each policy that may pick concurrently with another its own.
 	Rand *rand.Rand
 	// Metrics receives scoring metrics; nil: none exported.
 	Metrics *metrics.Scoring
