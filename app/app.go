@@ -64,6 +64,9 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
 		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms})
+	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
+		a.Registry.Subscribe(l)
+	}
 	a.Registry.Set(staticWorkers(cfg))
 	return a, nil
 }

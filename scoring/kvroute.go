@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/workers"
 )
 
 // Predictor is kvroute's own policy: it predicts every candidate's TTFT (doc.go) and
@@ -225,5 +226,27 @@ func observeUsage(m *metrics.Scoring, o Observation) {
 		m.CachedTokensMismatch.WithLabelValues("index_over").Inc()
 	case d > 0:
 		m.CachedTokensMismatch.WithLabelValues("index_under").Inc()
+	}
+}
+
+// WorkerAdded implements workers.Listener (nothing to do: a model starts at first pick).
+func (p *Predictor) WorkerAdded(*workers.Worker) {}
+
+// WorkerRemoved implements workers.Listener: the worker's model and its metric series
+// are dropped (a worker re-added under the same name starts again from its prior).
+func (p *Predictor) WorkerRemoved(w *workers.Worker) {
+	p.mu.Lock()
+	delete(p.workers, w.Name)
+	p.mu.Unlock()
+	if m := p.m; m != nil {
+		for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.PrefillRate, m.Overhead, m.PredictedTTFT, m.ObservedTTFT, m.APE} {
+			v.DeleteLabelValues(w.Name)
+		}
+		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode} {
+			m.Factor.DeleteLabelValues(w.Name, t.String())
+		}
+		for _, r := range []string{"learned", "clipped", "skipped"} {
+			m.Observations.DeleteLabelValues(w.Name, r)
+		}
 	}
 }

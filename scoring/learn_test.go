@@ -206,3 +206,21 @@ func TestCachedTokensDrift(t *testing.T) {
 		t.Fatalf("drift histogram series = %d", n)
 	}
 }
+
+func TestWorkerRemovedForgetsModelAndSeries(t *testing.T) {
+	ms := metrics.NewUnregistered().Scoring
+	p := NewPredictor(Options{Rand: seeded(1), Metrics: ms}, true)
+	c := cand("a", 0, 0)
+	pred := p.Pick(input(1000), []Candidate{c}).Predictions[0]
+	p.Observe(Observation{Worker: "a", Predicted: pred, TTFT: time.Second})
+	if testutil.CollectAndCount(ms.PrefillRate) != 1 {
+		t.Fatal("setup: gauge missing")
+	}
+	p.WorkerRemoved(c.Worker)
+	if _, ok := p.Coefficients("a"); ok {
+		t.Fatal("a removed worker's model must be dropped")
+	}
+	if n := testutil.CollectAndCount(ms.PrefillRate) + testutil.CollectAndCount(ms.Factor) + testutil.CollectAndCount(ms.APE); n != 0 {
+		t.Fatalf("a removed worker's series must be deleted, %d left", n)
+	}
+}
