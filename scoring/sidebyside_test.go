@@ -166,8 +166,8 @@ func runToy(t testing.TB, policy string, rates []float64, qps float64, n int) to
 // homogeneous workers and on a heterogeneous pool whose profiles are wrong (one worker
 // is really 3× faster than configured, one 2× slower). Every policy's numbers are logged.
 func TestToySideBySide(t *testing.T) {
-	if testing.Short() {
-		t.Skip("toy side-by-side replay")
+	if testing.Short() || raceEnabled {
+		t.Skip("toy side-by-side replay: skipped with -short and -race")
 	}
 	for _, sc := range []struct {
 		name  string
