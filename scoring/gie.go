@@ -33,7 +33,7 @@ type GIE struct {
 	rng *rand.Rand
 	m   *metrics.Scoring
 
-	mu  sync.Mutex           // guards lru (Pick is serialized by the router; explain may race a real pick in tests)
+	mu  sync.Mutex           // guards lru; the router serializes Pick, the lock keeps the policy safe without one
 	lru map[string]*blockLRU // worker → recently routed block hashes
 }
 
