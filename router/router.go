@@ -280,7 +280,10 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
 			if i, ok := idx[m.Worker]; ok {
 				cands[i].Cached = m
-				cands[i].CachedTokens = min(m.Blocks*md.BlockSize, max(in.PromptTokens-1, 0))
+				// vLLM's hit is block-aligned and never the whole prompt: at most
+				// ⌊(prompt−1)/block_size⌋ blocks (vllm/v1/core/kv_cache_manager.py
+				// get_computed_blocks recomputes the last token).
+				cands[i].CachedTokens = min(m.Blocks, max(in.PromptTokens-1, 0)/md.BlockSize) * md.BlockSize
 			}
 		}
 	}

@@ -23,8 +23,8 @@ type Candidate struct {
 	Worker *workers.Worker
 	// Cached is the worker's cached leading prefix for this request (kvindex lookup).
 	Cached kvindex.Match
-	// CachedTokens = Cached.Blocks × block size, capped at PromptTokens − 1 (vLLM never
-	// serves the whole prompt from cache: the last token is always recomputed).
+	// CachedTokens = min(Cached.Blocks, ⌊(PromptTokens−1)/block size⌋) × block size: vLLM's
+	// hit is block-aligned and never the whole prompt (the last token is recomputed).
 	CachedTokens int
 	Booked       Booked
 	Load         workers.Load // the worker's own scraped view; zero ScrapedAt = unknown
