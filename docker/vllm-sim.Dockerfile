@@ -19,7 +19,8 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends libzmq5
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/vllm-sim /usr/local/bin/vllm-sim
 USER 65532:65532
-# OpenAI HTTP API + /metrics, ZMQ KV event publisher
-EXPOSE 8000 5557
+# OpenAI HTTP API + /metrics, ZMQ KV event publisher, ZMQ replay
+EXPOSE 8000 5557 5567
 ENTRYPOINT ["/usr/local/bin/vllm-sim"]
-CMD ["--port", "8000", "--kv-port", "5557"]
+# --host 0.0.0.0: the simulator listens on 127.0.0.1 by default.
+CMD ["--host", "0.0.0.0", "--port", "8000", "--kv-port", "5557", "--kv-replay-port", "5567"]

@@ -228,6 +228,13 @@ func TestKVRouteConfigMatchesWorkers(t *testing.T) {
 		if want := "tcp://" + net.JoinHostPort(s.ip(t, w.Name), kvp); w.KVEvents.Endpoint != want {
 			t.Errorf("worker %s: kv_events.endpoint %s, but the service publishes on %s", w.Name, w.KVEvents.Endpoint, want)
 		}
+		rp, _ := s.flag("--kv-replay-port")
+		if want := "tcp://" + net.JoinHostPort(s.ip(t, w.Name), rp); w.KVEvents.ReplayEndpoint != want {
+			t.Errorf("worker %s: kv_events.replay_endpoint %s, but the service replays on %s", w.Name, w.KVEvents.ReplayEndpoint, want)
+		}
+		if h, _ := s.flag("--host"); h != "0.0.0.0" {
+			t.Errorf("worker %s: vllm-sim listens on 127.0.0.1 unless --host 0.0.0.0; got %q", w.Name, h)
+		}
 		if m, _ := s.flag("--model"); len(cfg.Models) == 0 || m != cfg.Models[0].Name {
 			t.Errorf("worker %s serves %q, kvroute knows %v", w.Name, m, cfg.Models)
 		}
