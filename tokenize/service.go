@@ -30,6 +30,9 @@ type ModelConfig struct {
 	// Model is a tokenizer already loaded (tests, the simulator); it takes precedence
 	// over Tokenizer.
 	Model *Model
+	// Base names the base model of a LoRA adapter: without its own Tokenizer or Model,
+	// the adapter uses the base model's loaded tokenizer.
+	Base string
 }
 
 // DefaultRemoteTimeout bounds a remote /tokenize call when ModelConfig.RemoteTimeout is 0.
@@ -111,7 +114,8 @@ const (
 	ReasonCanceled    = "canceled"
 )
 
-// NewService loads every configured model's tokenizer and returns the service. Load
+// NewService loads every configured model's tokenizer and returns the service (a LoRA
+// adapter's Base must come before the adapter in Models). Load
 // failures do not fail NewService; they are reported per model (Health, metrics) and
 // the model uses its other paths. Validation errors (an unknown path name) do.
 func NewService(opts ServiceOptions) (*Service, error) {
@@ -135,7 +139,7 @@ func NewService(opts ServiceOptions) (*Service, error) {
 		}
 		st := &modelState{cfg: mc, paths: mc.Paths, health: map[Path]*PathHealth{}}
 		if len(st.paths) == 0 {
-			if mc.Tokenizer != "" || mc.Model != nil {
+			if mc.Tokenizer != "" || mc.Model != nil || mc.Base != "" {
 				st.paths = []Path{PathLocal, PathRemote}
 			} else {
 				st.paths = []Path{PathRemote}
@@ -155,6 +159,8 @@ func NewService(opts ServiceOptions) (*Service, error) {
 		switch {
 		case mc.Model != nil:
 			st.model = mc.Model
+		case mc.Tokenizer == "" && mc.Base != "" && s.models[mc.Base] != nil:
+			st.model, st.loadErr = s.models[mc.Base].model, s.models[mc.Base].loadErr
 		case mc.Tokenizer != "":
 			st.model, st.loadErr = LoadModel(mc.Tokenizer, opts.Load)
 			if st.loadErr != nil {
