@@ -1,0 +1,230 @@
+package tokenize
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
+)
+
+// fakeWorker is a vLLM /tokenize stand-in on 127.0.0.1. mode: "ok" answers tokens,
+// "500" fails, "hang" blocks until the client gives up.
+type fakeWorker struct {
+	srv   *httptest.Server
+	mode  atomic.Value
+	calls atomic.Int64
+	last  atomic.Value // map[string]any: the last request body
+}
+
+func newFakeWorker(t *testing.T) *fakeWorker {
+	t.Helper()
+	f := &fakeWorker{}
+	f.mode.Store("ok")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.calls.Add(1)
+		if r.Method != http.MethodPost || r.URL.Path != "/tokenize" {
+			http.NotFound(w, r)
+			return
+		}
+		var body map[string]any
+		b, _ := io.ReadAll(r.Body)
+		json.Unmarshal(b, &body)
+		f.last.Store(body)
+		switch f.mode.Load().(string) {
+		case "500":
+			http.Error(w, `{"error":"boom"}`, http.StatusInternalServerError)
+		case "hang":
+			<-r.Context().Done()
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"count":4,"max_model_len":4096,"tokens":[1,2,3,4]}`))
+		}
+	})}}
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeWorker) addr() string { return f.srv.Listener.Addr().String() }
+
+func chatReq(model string) *request.Request {
+	r, err := request.Parse(request.APIChat, []byte(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}],
+		"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`))
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// TestFallbackChain: a model whose local tokenizer is missing is served by a worker's
+// /tokenize; when that fails (error status, timeout, no worker) the request is
+// degraded. Each step must be visible in the metrics.
+func TestFallbackChain(t *testing.T) {
+	w := newFakeWorker(t)
+	addr := w.addr()
+	ms := metrics.NewUnregistered().Tokenize
+	s, err := NewService(ServiceOptions{
+		Models: []ModelConfig{{Name: "m", Tokenizer: filepath.Join(t.TempDir(), "absent"), RemoteTimeout: 50 * time.Millisecond}},
+		Address: func(model string) (string, bool) {
+			return addr, addr != ""
+		},
+		Metrics: ms,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(ms.LocalAvailable.WithLabelValues("m")); got != 0 {
+		t.Errorf("local_available = %v, want 0 for a missing tokenizer directory", got)
+	}
+
+	// 1. local missing → remote answers.
+	res, err := s.Tokenize(context.Background(), chatReq("m"))
+	if err != nil || res.Path != PathRemote || len(res.Tokens) != 4 || res.PromptTokens != 4 {
+		t.Fatalf("local missing: got %+v, %v; want the remote path with the worker's 4 ids", res, err)
+	}
+	body := w.last.Load().(map[string]any)
+	if body["model"] != "m" || body["messages"] == nil || body["tools"] == nil {
+		t.Errorf("remote /tokenize body must carry model, messages and tools (vLLM chat form), got %v", body)
+	}
+	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("m", "local", ReasonNoTokenizer)); got != 1 {
+		t.Errorf("failures{local,no_tokenizer} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(ms.Requests.WithLabelValues("m", "remote")); got != 1 {
+		t.Errorf("requests{remote} = %v, want 1", got)
+	}
+
+	// 2. the worker fails → degraded.
+	w.mode.Store("500")
+	res, _ = s.Tokenize(context.Background(), chatReq("m"))
+	if res.Path != PathNone || res.Degraded != "remote_"+ReasonHTTP || res.Tokens != nil {
+		t.Fatalf("worker 500: got %+v, want PathNone degraded remote_http_status", res)
+	}
+	if got := testutil.ToFloat64(ms.Degraded.WithLabelValues("m", "remote_"+ReasonHTTP)); got != 1 {
+		t.Errorf("degraded{remote_http_status} = %v, want 1", got)
+	}
+
+	// 3. the worker hangs → the remote timeout bounds the wait.
+	w.mode.Store("hang")
+	start := time.Now()
+	res, _ = s.Tokenize(context.Background(), chatReq("m"))
+	if res.Path != PathNone || res.Degraded != "remote_"+ReasonTimeout {
+		t.Fatalf("worker hangs: got %+v, want degraded remote_timeout", res)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("remote timeout of 50ms took %v", el)
+	}
+
+	// 4. no worker address → degraded no_worker.
+	addr = ""
+	res, _ = s.Tokenize(context.Background(), chatReq("m"))
+	if res.Degraded != "remote_"+ReasonNoWorker {
+		t.Fatalf("no worker: got %+v, want degraded remote_no_worker", res)
+	}
+	if got := testutil.ToFloat64(ms.Requests.WithLabelValues("m", "none")); got != 3 {
+		t.Errorf("requests{none} = %v, want 3", got)
+	}
+
+	// Health shows both paths with their last reasons.
+	h := s.Health()
+	if len(h) != 1 || len(h[0].Paths) != 2 || h[0].Paths[0].Path != PathLocal || h[0].Paths[0].Available {
+		t.Fatalf("health: %+v", h)
+	}
+	if p := h[0].Paths[1]; p.Successes != 1 || p.Failures != 3 || p.LastReason != ReasonNoWorker {
+		t.Errorf("remote health = %+v, want 1 success, 3 failures, last no_worker", p)
+	}
+}
+
+func TestServiceGivenAndUnknown(t *testing.T) {
+	ms := metrics.NewUnregistered().Tokenize
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Paths: []Path{PathRemote}}}, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := request.Parse(request.APICompletions, []byte(`{"model":"m","prompt":[[5,6,7],[8]]}`))
+	res, _ := s.Tokenize(context.Background(), r)
+	if res.Path != PathGiven || len(res.Tokens) != 3 || res.PromptTokens != 4 {
+		t.Errorf("token-id prompt: got %+v, want PathGiven with the first prompt and 4 tokens in all", res)
+	}
+	res, _ = s.Tokenize(context.Background(), chatReq("nope"))
+	if res.Path != PathNone || res.Degraded != ReasonUnknown {
+		t.Errorf("unknown model: got %+v", res)
+	}
+	if got := testutil.ToFloat64(ms.Degraded.WithLabelValues("other", ReasonUnknown)); got != 1 {
+		t.Errorf("degraded{other,unknown_model} = %v (client model names must not become labels)", got)
+	}
+	// Remote path without an address function.
+	res, _ = s.Tokenize(context.Background(), chatReq("m"))
+	if res.Degraded != "remote_"+ReasonNoWorker {
+		t.Errorf("no address function: got %+v", res)
+	}
+}
+
+func TestServiceConfigErrors(t *testing.T) {
+	for _, mcs := range [][]ModelConfig{
+		{{Name: "m", Paths: []Path{"magic"}}},
+		{{Name: "m", Paths: []Path{PathLocal, PathLocal}}},
+		{{Name: "m"}, {Name: "m"}},
+	} {
+		if _, err := NewService(ServiceOptions{Models: mcs}); err == nil {
+			t.Errorf("NewService(%+v) accepted an invalid configuration", mcs)
+		}
+	}
+}
+
+// TestServiceLocal: the local path gives exactly RenderChat + EncodeText, completions
+// get add_special_tokens=true by default, and the canceled context stops the chain.
+func TestServiceLocal(t *testing.T) {
+	m := loadFamily(t, "llama3_1")
+	ms := metrics.NewUnregistered().Tokenize
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "l", Model: m}, {Name: "lora", Base: "l"}}, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := chatReq("l")
+	res, _ := s.Tokenize(context.Background(), req)
+	text, err := m.RenderChat(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Path != PathLocal || firstDiff(res.Tokens, m.EncodeText(text, false)) >= 0 {
+		t.Fatalf("local chat: got %+v", res)
+	}
+	r, _ := request.Parse(request.APICompletions, []byte(`{"model":"lora","prompt":["Hello world","x"]}`))
+	res, _ = s.Tokenize(context.Background(), r)
+	if res.Path != PathLocal || res.Tokens[0] != 128000 || res.PromptTokens != len(res.Tokens)+2 {
+		t.Errorf("completions: got %+v, want BOS first (Llama 3.1 post-processor) and both prompts counted", res)
+	}
+	no := false
+	r.AddSpecialTokens = &no
+	res, _ = s.Tokenize(context.Background(), r)
+	if res.Tokens[0] == 128000 {
+		t.Errorf("add_special_tokens=false must not add BOS: %v", res.Tokens)
+	}
+	if got := testutil.ToFloat64(ms.Requests.WithLabelValues("lora", "local")); got != 2 {
+		t.Errorf("requests{lora,local} = %v, want 2", got)
+	}
+	// Image parts cannot be rendered locally: counted as unsupported_content.
+	img, _ := request.Parse(request.APIChat, []byte(`{"model":"l","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`))
+	res, _ = s.Tokenize(context.Background(), img)
+	if res.Path != PathNone || res.Degraded != "remote_no_worker" {
+		t.Errorf("image content: got %+v", res)
+	}
+	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("l", "local", ReasonContent)); got != 1 {
+		t.Errorf("failures{local,unsupported_content} = %v, want 1", got)
+	}
+}
