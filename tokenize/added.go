@@ -1,12 +1,16 @@
 package tokenize
 
+import "strings"
+
 // addedTokens finds added tokens (special or not) in text before BPE, the way
 // tokenizers/src/tokenizer/added_vocabulary.rs does: a leftmost-longest match over
 // all tokens, so "<|im_start|>" typed by a user is the special token, not text.
 // Splitting here, once, keeps long chats fast: the BPE never sees the specials.
 type addedTokens struct {
-	root  *trieNode
-	first [256]bool // bytes that start some token
+	root   *trieNode
+	first  [256]bool // bytes that start some token
+	nfirst int       // number of distinct first bytes
+	only   byte      // the first byte when nfirst == 1: scanned with IndexByte (SIMD)
 }
 
 type trieNode struct {
@@ -35,7 +39,11 @@ func (a *addedTokens) add(content string, id uint32) {
 		n = c
 	}
 	n.term, n.id = true, id
-	a.first[content[0]] = true
+	if !a.first[content[0]] {
+		a.first[content[0]] = true
+		a.nfirst++
+		a.only = content[0]
+	}
 }
 
 // longest returns the length and id of the longest token starting at s[i], or 0.
@@ -68,7 +76,14 @@ func (a *addedTokens) split(dst []segment, s string) []segment {
 	}
 	start := 0
 	for i := 0; i < len(s); i++ {
-		if !a.first[s[i]] {
+		if a.nfirst == 1 {
+			// Every added token of these families starts with '<': jump between them.
+			j := strings.IndexByte(s[i:], a.only)
+			if j < 0 {
+				break
+			}
+			i += j
+		} else if !a.first[s[i]] {
 			continue
 		}
 		if n, id := a.longest(s, i); n > 0 {

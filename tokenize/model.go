@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -251,7 +252,8 @@ func (m *Model) ChatError() error { return m.chatErr }
 // pre-tokenized and BPE-encoded, and with addSpecial the post-processor's tokens
 // (e.g. BOS) are added.
 func (m *Model) EncodeText(s string, addSpecial bool) []uint32 {
-	return m.AppendText(nil, s, addSpecial)
+	// About 4 bytes per token in English; one allocation for typical text.
+	return m.AppendText(make([]uint32, 0, len(s)/4+8), s, addSpecial)
 }
 
 // AppendText is EncodeText appending to dst.
@@ -312,8 +314,16 @@ func (m *Model) encodeSegment(dst []uint32, s string) []uint32 {
 	return dst
 }
 
+// isASCII reports whether s has no byte ≥ 0x80, eight bytes at a time (NFC leaves
+// ASCII unchanged, so ASCII runs skip the normalizer).
 func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if binary.LittleEndian.Uint64([]byte(s[i:i+8]))&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
 		if s[i] >= 0x80 {
 			return false
 		}
