@@ -30,6 +30,17 @@ texts = [
     ("mixed_scripts", "Русский текст, ελληνικά, עברית, العربية, हिन्दी, ไทย, tiếng Việt."),
 ]
 
+# Random strings over a pool of the characters where pre-tokenizer alternatives
+# interact (case classes, marks, digits, apostrophes, whitespace kinds, CJK, symbols).
+pool = list("aZ'sStT reEvVlLdDmM\"!?.,;:/-_()[]{}<>|@#$%^&*+=~`\\ \t\n\r\u00a0\u3000\u2009"
+            "0123456789\u0663\u00b2\u00bd"
+            "\u00e9\u00c9\u01c5\u02b0\u0301\u0308\u093f\u0e31ſ"
+            "\u4f60\u597d\u3042\u30ab\ud55c\u05d0\u0627\u03a3\u03c3\u0416\u0436"
+            "\U0001F600\u200d\U0001F468\u2764\ufe0f\u20ac\u00a9")
+rng0 = random.Random(424242)
+for i in range(int(os.environ.get("CORPUS_RANDOM", "48"))):
+    texts.append(("random_%02d" % i, "".join(rng0.choice(pool) for _ in range(rng0.randint(1, 240)))))
+
 random.seed(20261130)
 words = ("the of and to in is was for on that with as by at from his her it an are were which be this "
          "has had have not but or their they one all new more been would who will other its after two first "
