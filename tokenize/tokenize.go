@@ -1,6 +1,3 @@
-// Package tokenize turns a parsed request into the token ids the engine will compute:
-// chat template rendering, tokenizer.json byte-level BPE, and the fallback chain
-// (local → the worker's /tokenize → none).
 package tokenize
 
 import (
