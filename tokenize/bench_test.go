@@ -95,6 +95,16 @@ func BenchmarkChat(b *testing.B) {
 					m.EncodeText(t, false)
 				}
 			})
+			b.Run(name+"/encode_only/cache=prefix", func(b *testing.B) {
+				m.cache = newSegmentCache(DefaultCacheBytes, 256)
+				t, _ := m.RenderChat(prev)
+				m.EncodeText(t, false)
+				full, _ := m.RenderChat(req)
+				b.ResetTimer()
+				for range b.N {
+					m.EncodeText(full, false)
+				}
+			})
 			b.Run(name+"/render_only", func(b *testing.B) {
 				for range b.N {
 					m.RenderChat(req)

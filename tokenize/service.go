@@ -114,8 +114,7 @@ const (
 	ReasonCanceled    = "canceled"
 )
 
-// NewService loads every configured model's tokenizer and returns the service (a LoRA
-// adapter's Base must come before the adapter in Models). Load
+// NewService loads every configured model's tokenizer and returns the service. Load
 // failures do not fail NewService; they are reported per model (Health, metrics) and
 // the model uses its other paths. Validation errors (an unknown path name) do.
 func NewService(opts ServiceOptions) (*Service, error) {
@@ -133,7 +132,16 @@ func NewService(opts ServiceOptions) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	for _, mc := range opts.Models {
+	// Base models first, so that adapters can share their loaded tokenizer.
+	ordered := make([]ModelConfig, 0, len(opts.Models))
+	for _, adapters := range []bool{false, true} {
+		for _, mc := range opts.Models {
+			if (mc.Base != "" && mc.Tokenizer == "" && mc.Model == nil) == adapters {
+				ordered = append(ordered, mc)
+			}
+		}
+	}
+	for _, mc := range ordered {
 		if _, dup := s.models[mc.Name]; dup {
 			return nil, fmt.Errorf("tokenize: model %q configured twice", mc.Name)
 		}

@@ -191,7 +191,7 @@ func TestServiceConfigErrors(t *testing.T) {
 func TestServiceLocal(t *testing.T) {
 	m := loadFamily(t, "llama3_1")
 	ms := metrics.NewUnregistered().Tokenize
-	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "l", Model: m}, {Name: "lora", Base: "l"}}, Metrics: ms})
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "lora", Base: "l"}, {Name: "l", Model: m}}, Metrics: ms})
 	if err != nil {
 		t.Fatal(err)
 	}
