@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,12 +25,13 @@ type fakeWorker struct {
 	srv   *httptest.Server
 	mode  atomic.Value
 	calls atomic.Int64
-	last  atomic.Value // map[string]any: the last request body
+	last  atomic.Value  // map[string]any: the last request body
+	hung  chan struct{} // receives when a "hang" request has arrived
 }
 
 func newFakeWorker(t *testing.T) *fakeWorker {
 	t.Helper()
-	f := &fakeWorker{}
+	f := &fakeWorker{hung: make(chan struct{}, 1)}
 	f.mode.Store("ok")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,7 +51,15 @@ func newFakeWorker(t *testing.T) *fakeWorker {
 		case "500":
 			http.Error(w, `{"error":"boom"}`, http.StatusInternalServerError)
 		case "hang":
+			select {
+			case f.hung <- struct{}{}:
+			default:
+			}
 			<-r.Context().Done()
+		case "garbage":
+			w.Write([]byte(`{"tokens":"nope"`))
+		case "miscount":
+			w.Write([]byte(`{"count":9,"tokens":[1,2]}`))
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			w.Write([]byte(`{"count":4,"max_model_len":4096,"tokens":[1,2,3,4]}`))
@@ -84,6 +94,7 @@ func TestFallbackChain(t *testing.T) {
 			return addr, addr != ""
 		},
 		Metrics: ms,
+		Logger:  slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -226,5 +237,54 @@ func TestServiceLocal(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("l", "local", ReasonContent)); got != 1 {
 		t.Errorf("failures{local,unsupported_content} = %v, want 1", got)
+	}
+}
+
+// TestRemoteFailures: every way a worker's /tokenize can fail is classified.
+func TestRemoteFailures(t *testing.T) {
+	w := newFakeWorker(t)
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	addr := w.addr()
+	ms := metrics.NewUnregistered().Tokenize
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Paths: []Path{PathRemote}, RemoteTimeout: time.Second}},
+		Address: func(string) (string, bool) { return addr, true }, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ mode, reason string }{{"garbage", ReasonDecode}, {"miscount", ReasonDecode}} {
+		w.mode.Store(c.mode)
+		if res, _ := s.Tokenize(context.Background(), chatReq("m")); res.Degraded != "remote_"+c.reason {
+			t.Errorf("worker answers %s: got %+v, want remote_%s", c.mode, res, c.reason)
+		}
+	}
+	addr = closedAddr
+	if res, _ := s.Tokenize(context.Background(), chatReq("m")); res.Degraded != "remote_"+ReasonTransport {
+		t.Errorf("connection refused: got %+v, want remote_transport", res)
+	}
+	addr = w.addr()
+	w.mode.Store("hang")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-w.hung // the call is in flight at the worker
+		cancel()
+	}()
+	if res, _ := s.Tokenize(ctx, chatReq("m")); res.Degraded != ReasonCanceled {
+		t.Errorf("caller canceled: got %+v, want canceled", res)
+	}
+	// Completions: one /tokenize call per prompt, ids of the first, count of all.
+	w.mode.Store("ok")
+	r, _ := request.Parse(request.APICompletions, []byte(`{"model":"m","prompt":["a","b"],"add_special_tokens":false}`))
+	before := w.calls.Load()
+	res, _ := s.Tokenize(context.Background(), r)
+	if res.Path != PathRemote || res.PromptTokens != 8 || w.calls.Load()-before != 2 {
+		t.Errorf("completions remote: got %+v after %d calls, want 8 tokens from 2 calls", res, w.calls.Load()-before)
+	}
+	if body := w.last.Load().(map[string]any); body["prompt"] != "b" || body["add_special_tokens"] != false {
+		t.Errorf("completion form body = %v, want prompt and add_special_tokens", body)
+	}
+	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("m", "remote", ReasonDecode)); got != 2 {
+		t.Errorf("failures{remote,bad_response} = %v, want 2", got)
 	}
 }
