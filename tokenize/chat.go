@@ -184,7 +184,7 @@ func normalizeMessages(msgs []map[string]any, openai bool) (jinja.Value, error) 
 		if !ok {
 			r, ok = msg["reasoning_content"]
 		}
-		if ok && r != nil {
+		if ok && r != nil && role == "assistant" {
 			dict.Set("reasoning", fromGo(r))
 			dict.Set("reasoning_content", fromGo(r))
 		}
@@ -270,7 +270,7 @@ func normalizeToolCall(tc any) jinja.Value {
 		args := jinja.NewDict()
 		switch a := fn["arguments"].(type) {
 		case string:
-			if v, err := decodeOrdered([]byte(a)); err == nil && v.IsDict() {
+			if v, err := decodeOrdered([]byte(a)); err == nil && (v.IsDict() || v.IsList()) {
 				args = v
 			}
 		case map[string]any:
