@@ -14,6 +14,7 @@ import (
 //	GET /readyz          readiness: 200 once servers run and at least one worker is healthy
 //	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
+//	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
@@ -26,6 +27,7 @@ func (a *App) AdminHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"models": a.Tokenize.Health()})
 	})
+	mux.HandleFunc("GET /debug/explain", a.debugExplain)
 	return mux
 }
 
