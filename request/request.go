@@ -50,9 +50,6 @@ type Request struct {
 	System               any              // Anthropic top-level "system" (string or content blocks); nil otherwise
 	Messages             []map[string]any // chat messages in order
 	Tools                []map[string]any // tool definitions (OpenAI or Anthropic form)
-	// RawTools is the "tools" JSON as sent: chat templates emit tools with tojson in
-	// the client's key order, which Tools (Go maps) loses. nil when absent.
-	RawTools json.RawMessage
 	AddGenerationPrompt  *bool            // chat: add_generation_prompt (vLLM default true)
 	ContinueFinalMessage bool             // chat: continue_final_message
 	ChatTemplateKwargs   map[string]any   // chat: chat_template_kwargs
@@ -68,6 +65,10 @@ type Request struct {
 	// MaxTokens is the output token limit (max_completion_tokens, max_tokens); 0 when absent.
 	MaxTokens int
 	CacheSalt string // vLLM cache_salt: isolates the prefix cache namespace
+
+	// RawTools is the "tools" JSON as sent: chat templates emit tools with tojson in
+	// the client's key order, which Tools (Go maps) loses. nil when absent.
+	RawTools json.RawMessage
 }
 
 // Error is a client error with the HTTP status and OpenAI error type it maps to.

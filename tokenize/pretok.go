@@ -370,14 +370,19 @@ func matchDSMain(s string, i int) int {
 
 // knownSplits maps a Split pre-tokenizer's regex, as written in tokenizer.json, to its
 // hand-written matcher.
-var knownSplits = map[string]matcher{
-	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`: matchCL100K(3),
-	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:     matchCL100K(1),
-	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`: matchO200K,
-	`\p{N}{1,3}`: matchDigits3,
-	"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+": matchDSCJK,
-	// DeepSeek V3's tokenizer.json writes CR and LF as raw characters in this pattern.
-	`[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_` + "`{|}~][A-Za-z]+|[^\r\n" + `\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+` + "[\r\n]*" + `|\s*` + "[\r\n]+" + `|\s+(?!\S)|\s+`: matchDSMain,
+var knownSplits = map[string]matcher{}
+
+func init() {
+	// Llama 3 (digits in threes) and Qwen2/2.5/3 (single digits).
+	knownSplits[`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`] = matchCL100K(3)
+	knownSplits[`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`] = matchCL100K(1)
+	// gpt-oss (o200k).
+	knownSplits[`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`] = matchO200K
+	// DeepSeek V3's three splits; its tokenizer.json writes CR and LF as raw characters
+	// in the third pattern.
+	knownSplits[`\p{N}{1,3}`] = matchDigits3
+	knownSplits["[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"] = matchDSCJK
+	knownSplits[`[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`+"`{|}~][A-Za-z]+|[^\r\n"+`\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+`+"[\r\n]*"+`|\s*`+"[\r\n]+"+`|\s+(?!\S)|\s+`] = matchDSMain
 }
 
 // preTokenizer is a sequence of Isolated splits; each stage splits every piece of the

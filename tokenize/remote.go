@@ -152,4 +152,3 @@ func (s *Service) callTokenize(ctx context.Context, addr string, body []byte) ([
 	}
 	return a.Tokens, ""
 }
-

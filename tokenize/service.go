@@ -49,7 +49,18 @@ type ServiceOptions struct {
 	Logger  *slog.Logger      // nil: slog.Default()
 	Now     func() time.Time  // nil: time.Now
 	Load    Options           // options for the models NewService loads
+	// RemoteBackoff is how long a model skips its remote path after
+	// remoteFailureStreak consecutive remote failures (workers without /tokenize, or
+	// down), so that such a deployment does not pay a failing round trip per request.
+	// 0 means DefaultRemoteBackoff; negative disables the backoff.
+	RemoteBackoff time.Duration
 }
+
+// DefaultRemoteBackoff is ServiceOptions.RemoteBackoff's default.
+const DefaultRemoteBackoff = 5 * time.Second
+
+// remoteFailureStreak consecutive remote failures start a backoff.
+const remoteFailureStreak = 3
 
 // Service implements Tokenizer over per-model path chains: the request's own token ids
 // (PathGiven), then the configured paths in order, then PathNone with a Degraded
@@ -62,6 +73,7 @@ type Service struct {
 	m       *metrics.Tokenize
 	log     *slog.Logger
 	now     func() time.Time
+	backoff time.Duration
 }
 
 type modelState struct {
@@ -70,9 +82,13 @@ type modelState struct {
 	loadErr error
 	paths   []Path
 
-	mu      sync.Mutex // guards health and lastCache
+	mu      sync.Mutex // guards health, lastMod, streak and skipUntil
 	health  map[Path]*PathHealth
 	lastMod CacheStats
+	// streak counts consecutive remote failures; at remoteFailureStreak the remote
+	// path is skipped until skipUntil.
+	streak    int
+	skipUntil time.Time
 }
 
 // PathHealth is one path's record for one model, as shown by /debug/tokenize.
@@ -100,7 +116,7 @@ type ModelHealth struct {
 // Failure reasons (label values of kvroute_tokenize_failures_total and, for the last
 // path tried, of kvroute_tokenize_degraded_total).
 const (
-	ReasonNoTokenizer = "no_tokenizer"    // local path without a loaded tokenizer
+	ReasonNoTokenizer = "no_tokenizer"     // local path without a loaded tokenizer
 	ReasonNoTemplate  = "no_chat_template" // chat request, model has no usable template
 	ReasonTemplate    = "template_error"   // the template raised or failed to render
 	ReasonContent     = "unsupported_content"
@@ -112,6 +128,7 @@ const (
 	ReasonUnknown     = "unknown_model" // the request names a model with no configuration
 	ReasonNoPath      = "no_path"       // the model has no path configured
 	ReasonCanceled    = "canceled"
+	ReasonBackoff     = "backoff" // remote path skipped after repeated failures
 )
 
 // NewService loads every configured model's tokenizer and returns the service. Load
@@ -119,7 +136,10 @@ const (
 // the model uses its other paths. Validation errors (an unknown path name) do.
 func NewService(opts ServiceOptions) (*Service, error) {
 	s := &Service{models: map[string]*modelState{}, address: opts.Address, client: opts.Client,
-		m: opts.Metrics, log: opts.Logger, now: opts.Now}
+		m: opts.Metrics, log: opts.Logger, now: opts.Now, backoff: opts.RemoteBackoff}
+	if s.backoff == 0 {
+		s.backoff = DefaultRemoteBackoff
+	}
 	if s.client == nil {
 		s.client = &http.Client{}
 	}
@@ -244,7 +264,12 @@ func (s *Service) Tokenize(ctx context.Context, req *request.Request) (Result, e
 		case PathLocal:
 			res, why = s.local(st, req)
 		case PathRemote:
-			res, why = s.remote(ctx, st, req)
+			if s.skipRemote(st) {
+				why = ReasonBackoff
+			} else {
+				res, why = s.remote(ctx, st, req)
+				s.remoteOutcome(st, why)
+			}
 		}
 		s.m.Duration.WithLabelValues(string(p)).Observe(s.now().Sub(start).Seconds())
 		if p == PathLocal {
@@ -268,6 +293,33 @@ func (s *Service) Tokenize(ctx context.Context, req *request.Request) (Result, e
 	s.m.Degraded.WithLabelValues(st.cfg.Name, reason).Inc()
 	s.m.Requests.WithLabelValues(st.cfg.Name, string(PathNone)).Inc()
 	return Result{Path: PathNone, Degraded: reason}, nil
+}
+
+// skipRemote reports whether the model's remote path is in backoff.
+func (s *Service) skipRemote(st *modelState) bool {
+	if s.backoff < 0 {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return s.now().Before(st.skipUntil)
+}
+
+// remoteOutcome tracks consecutive remote failures caused by the worker (not by the
+// request or the caller) and starts a backoff after remoteFailureStreak of them.
+func (s *Service) remoteOutcome(st *modelState, why string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch why {
+	case "":
+		st.streak = 0
+	case ReasonTimeout, ReasonTransport, ReasonHTTP, ReasonDecode, ReasonNoWorker:
+		st.streak++
+		if st.streak >= remoteFailureStreak && s.backoff > 0 {
+			st.skipUntil = s.now().Add(s.backoff)
+			st.streak = 0
+		}
+	}
 }
 
 func (s *Service) record(st *modelState, p Path, why string) {

@@ -93,8 +93,9 @@ func TestFallbackChain(t *testing.T) {
 		Address: func(model string) (string, bool) {
 			return addr, addr != ""
 		},
-		Metrics: ms,
-		Logger:  slog.New(slog.DiscardHandler),
+		Metrics:       ms,
+		Logger:        slog.New(slog.DiscardHandler),
+		RemoteBackoff: -1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func TestFallbackChain(t *testing.T) {
 
 func TestServiceGivenAndUnknown(t *testing.T) {
 	ms := metrics.NewUnregistered().Tokenize
-	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Paths: []Path{PathRemote}}}, Metrics: ms})
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Paths: []Path{PathRemote}}}, Metrics: ms, RemoteBackoff: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +250,7 @@ func TestRemoteFailures(t *testing.T) {
 	addr := w.addr()
 	ms := metrics.NewUnregistered().Tokenize
 	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Paths: []Path{PathRemote}, RemoteTimeout: time.Second}},
-		Address: func(string) (string, bool) { return addr, true }, Metrics: ms})
+		Address: func(string) (string, bool) { return addr, true }, Metrics: ms, RemoteBackoff: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,5 +287,38 @@ func TestRemoteFailures(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("m", "remote", ReasonDecode)); got != 2 {
 		t.Errorf("failures{remote,bad_response} = %v, want 2", got)
+	}
+}
+
+// TestRemoteBackoff: after 3 consecutive worker failures the remote path is skipped for
+// the backoff period (no round trip per request), then tried again.
+func TestRemoteBackoff(t *testing.T) {
+	w := newFakeWorker(t)
+	w.mode.Store("500")
+	now := time.Unix(1000, 0)
+	ms := metrics.NewUnregistered().Tokenize
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Paths: []Path{PathRemote}}},
+		Address: func(string) (string, bool) { return w.addr(), true }, Metrics: ms,
+		Now: func() time.Time { return now }, RemoteBackoff: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s.Tokenize(context.Background(), chatReq("m"))
+	}
+	if w.calls.Load() != 3 {
+		t.Fatalf("calls = %d, want 3", w.calls.Load())
+	}
+	res, _ := s.Tokenize(context.Background(), chatReq("m"))
+	if res.Degraded != "remote_"+ReasonBackoff || w.calls.Load() != 3 {
+		t.Errorf("in backoff: got %+v after %d calls, want remote_backoff and no call", res, w.calls.Load())
+	}
+	now = now.Add(11 * time.Second)
+	w.mode.Store("ok")
+	if res, _ := s.Tokenize(context.Background(), chatReq("m")); res.Path != PathRemote {
+		t.Errorf("after the backoff: got %+v, want the remote path again", res)
+	}
+	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("m", "remote", ReasonBackoff)); got != 1 {
+		t.Errorf("failures{remote,backoff} = %v, want 1", got)
 	}
 }
