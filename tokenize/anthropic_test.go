@@ -72,3 +72,33 @@ func TestChatVariables(t *testing.T) {
 		t.Errorf("continue_final_message with the default add_generation_prompt: %v, want ErrTemplate", err)
 	}
 }
+
+// TestAnthropicConversion pins the conversion rules of vLLM's Anthropic endpoint.
+func TestAnthropicConversion(t *testing.T) {
+	r, err := request.Parse(request.APIMessages, []byte(`{"model":"m","max_tokens":1,
+		"system":[{"type":"text","text":"x-anthropic-billing-header: abc"},{"type":"text","text":"A. "}],
+		"messages":[
+		 {"role":"system","content":"B."},
+		 {"role":"user","content":"q"},
+		 {"role":"assistant","content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":""},{"type":"tool_use","id":"t","name":"f","input":{"b":1,"a":"é"}}]},
+		 {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"r1"},{"type":"text","text":"r2"}]}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := anthropicToChat(r.System, r.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("got %d messages, want system, user, assistant, tool: %v", len(got), got)
+	}
+	if got[0]["content"] != "A. B." {
+		t.Errorf("system = %q, want the billing header dropped and system parts joined", got[0]["content"])
+	}
+	if a := got[2]; a["reasoning"] != "hmm" || a["content"] != nil || len(a["tool_calls"].([]any)) != 1 {
+		t.Errorf("assistant = %v, want reasoning, tool_calls and no content", a)
+	}
+	if tm := got[3]; tm["role"] != "tool" || tm["tool_call_id"] != "t" || tm["content"] != "r1\nr2" {
+		t.Errorf("tool message = %v", tm)
+	}
+}

@@ -339,86 +339,139 @@ func orNone(v jinja.Value) jinja.Value {
 }
 
 // anthropicToChat converts an Anthropic /v1/messages conversation to the chat form
-// vLLM's Anthropic endpoint renders: the top-level system becomes a system message,
-// text blocks become text parts, tool_use blocks become tool_calls (arguments as JSON),
-// and tool_result blocks become tool messages.
+// vLLM's Anthropic endpoint renders (vllm/entrypoints/anthropic/serving.py,
+// _convert_anthropic_to_openai_request): the top-level system and any system-role
+// messages become one system message (non-empty text blocks joined with "", Claude
+// Code's per-request "x-anthropic-billing-header" block dropped); text blocks become
+// the content (one text block → a string); thinking blocks become "reasoning";
+// tool_use blocks become tool_calls with JSON arguments; a user's tool_result blocks
+// become tool messages placed before the message; a user message left without content
+// is dropped. Images are ErrContent (the remote path handles them).
 func anthropicToChat(system any, msgs []map[string]any) ([]map[string]any, error) {
-	var out []map[string]any
-	switch s := system.(type) {
-	case nil:
-	case string:
-		out = append(out, map[string]any{"role": "system", "content": s})
-	case []any:
-		var sb strings.Builder
-		for _, b := range s {
-			if bm, ok := b.(map[string]any); ok && bm["type"] == "text" {
+	var sys []string
+	addSystem := func(c any) error {
+		switch x := c.(type) {
+		case nil:
+		case string:
+			sys = append(sys, x)
+		case []any:
+			for _, b := range x {
+				bm, _ := b.(map[string]any)
 				t, _ := bm["text"].(string)
-				sb.WriteString(t)
+				if bm["type"] == "text" && t != "" && !strings.HasPrefix(t, "x-anthropic-billing-header") {
+					sys = append(sys, t)
+				}
+			}
+		default:
+			return fmt.Errorf("%w: system of type %T", ErrContent, c)
+		}
+		return nil
+	}
+	if err := addSystem(system); err != nil {
+		return nil, err
+	}
+	for _, msg := range msgs {
+		if msg["role"] == "system" {
+			if err := addSystem(msg["content"]); err != nil {
+				return nil, err
 			}
 		}
-		out = append(out, map[string]any{"role": "system", "content": sb.String()})
-	default:
-		return nil, fmt.Errorf("%w: system of type %T", ErrContent, system)
+	}
+	var out []map[string]any
+	if len(sys) > 0 {
+		out = append(out, map[string]any{"role": "system", "content": strings.Join(sys, "")})
 	}
 	for i, msg := range msgs {
 		role, _ := msg["role"].(string)
-		blocks, ok := msg["content"].([]any)
-		if !ok {
-			out = append(out, map[string]any{"role": role, "content": msg["content"]})
+		if role == "system" {
+			continue
+		}
+		m := map[string]any{"role": role}
+		blocks, isList := msg["content"].([]any)
+		if !isList {
+			m["content"] = msg["content"]
+			out = append(out, m)
 			continue
 		}
 		var parts []any
 		var calls []any
+		var reasoning []string
 		for _, b := range blocks {
 			bm, _ := b.(map[string]any)
 			switch bm["type"] {
 			case "text":
-				parts = append(parts, map[string]any{"type": "text", "text": bm["text"]})
-			case "thinking", "redacted_thinking":
-				// not rendered by vLLM's Anthropic conversion
+				if t, _ := bm["text"].(string); t != "" {
+					parts = append(parts, map[string]any{"type": "text", "text": t})
+				}
+			case "thinking":
+				if t, ok := bm["thinking"].(string); ok {
+					reasoning = append(reasoning, t)
+				}
 			case "tool_use":
-				args, _ := json.Marshal(bm["input"])
-				calls = append(calls, map[string]any{"id": bm["id"], "type": "function",
-					"function": map[string]any{"name": bm["name"], "arguments": string(args)}})
+				input := bm["input"]
+				if input == nil {
+					input = map[string]any{}
+				}
+				args, _ := json.Marshal(input)
+				id, _ := bm["id"].(string)
+				name, _ := bm["name"].(string)
+				calls = append(calls, map[string]any{"id": id, "type": "function",
+					"function": map[string]any{"name": name, "arguments": string(args)}})
 			case "tool_result":
-				out = append(out, map[string]any{"role": "tool", "tool_call_id": bm["tool_use_id"], "content": toolResultText(bm["content"])})
-			default:
-				return nil, fmt.Errorf("messages[%d]: %w: block type %v", i, ErrContent, bm["type"])
+				text, err := toolResultText(bm["content"])
+				if err != nil {
+					return nil, fmt.Errorf("messages[%d]: %w", i, err)
+				}
+				if role == "user" {
+					id, _ := bm["tool_use_id"].(string)
+					out = append(out, map[string]any{"role": "tool", "tool_call_id": id, "content": text})
+				} else {
+					parts = append(parts, map[string]any{"type": "text", "text": "Tool result: " + text})
+				}
+			case "image":
+				return nil, fmt.Errorf("messages[%d]: %w: image block", i, ErrContent)
 			}
 		}
-		if len(parts) == 0 && len(calls) == 0 {
-			continue
+		if len(reasoning) > 0 {
+			m["reasoning"] = strings.Join(reasoning, "")
 		}
-		m := map[string]any{"role": role}
+		if len(calls) > 0 {
+			m["tool_calls"] = calls
+		}
 		switch {
 		case len(parts) == 1:
 			m["content"] = parts[0].(map[string]any)["text"]
 		case len(parts) > 1:
 			m["content"] = parts
-		default:
-			m["content"] = ""
 		}
-		if len(calls) > 0 {
-			m["tool_calls"] = calls
+		if _, has := m["content"]; role == "user" && !has {
+			continue
 		}
 		out = append(out, m)
 	}
 	return out, nil
 }
 
-func toolResultText(c any) string {
+// toolResultText is a tool_result's text: a string as is, text blocks joined with "\n".
+func toolResultText(c any) (string, error) {
 	switch x := c.(type) {
+	case nil:
+		return "", nil
 	case string:
-		return x
+		return x, nil
 	case []any:
-		var sb strings.Builder
+		var texts []string
 		for _, b := range x {
-			if bm, ok := b.(map[string]any); ok && bm["type"] == "text" {
+			bm, _ := b.(map[string]any)
+			switch bm["type"] {
+			case "text":
 				t, _ := bm["text"].(string)
-				sb.WriteString(t)
+				texts = append(texts, t)
+			case "image":
+				return "", fmt.Errorf("%w: image in a tool_result", ErrContent)
 			}
 		}
-		return sb.String()
+		return strings.Join(texts, "\n"), nil
 	}
-	return ""
+	return "", fmt.Errorf("%w: tool_result content of type %T", ErrContent, c)
 }
