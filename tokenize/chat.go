@@ -154,7 +154,11 @@ func trimAfterFinal(out string, conv jinja.Value) (string, error) {
 // tokens depend on the model's processor). The worker's /tokenize path handles them.
 var ErrContent = errors.New("tokenize: unsupported message content")
 
-// normalizeMessages builds the conversation vLLM passes to the template.
+// normalizeMessages builds the conversation vLLM passes to the template
+// (vllm/entrypoints/chat_utils.py _parse_chat_message_content and
+// _postprocess_messages), keys in vLLM's order: role, content, tool_calls (assistant,
+// non-empty), reasoning and reasoning_content (assistant), tool_call_id (tool), name
+// and task (strings).
 func normalizeMessages(msgs []map[string]any, openai bool) (jinja.Value, error) {
 	out := make([]jinja.Value, 0, len(msgs))
 	for i, msg := range msgs {
@@ -166,27 +170,39 @@ func normalizeMessages(msgs []map[string]any, openai bool) (jinja.Value, error) 
 		if err != nil {
 			return jinja.Undefined(), fmt.Errorf("messages[%d]: %w", i, err)
 		}
-		dict.Set("content", content)
-		if name, ok := msg["name"].(string); ok {
-			dict.Set("name", jinja.NewString(name))
-		}
-		if tcs, ok := msg["tool_calls"].([]any); ok && len(tcs) > 0 && role == "assistant" {
-			calls := make([]jinja.Value, 0, len(tcs))
-			for _, tc := range tcs {
-				calls = append(calls, normalizeToolCall(tc))
+		if role == "tool" && content.IsList() {
+			// Tool results given as text parts reach the template as one string.
+			var texts []string
+			for _, p := range content.AsList().Items {
+				texts = append(texts, get(p, "text").AsString())
 			}
-			dict.Set("tool_calls", jinja.NewList(calls))
+			content = jinja.NewString(strings.Join(texts, "\n"))
+		}
+		dict.Set("content", content)
+		if role == "assistant" {
+			if tcs, ok := msg["tool_calls"].([]any); ok && len(tcs) > 0 {
+				calls := make([]jinja.Value, 0, len(tcs))
+				for _, tc := range tcs {
+					calls = append(calls, normalizeToolCall(tc))
+				}
+				dict.Set("tool_calls", jinja.NewList(calls))
+			}
+			r, ok := msg["reasoning"]
+			if !ok {
+				r, ok = msg["reasoning_content"]
+			}
+			if ok && r != nil {
+				dict.Set("reasoning", fromGo(r))
+				dict.Set("reasoning_content", fromGo(r))
+			}
 		}
 		if id, ok := msg["tool_call_id"]; ok && role == "tool" {
 			dict.Set("tool_call_id", fromGo(id))
 		}
-		r, ok := msg["reasoning"]
-		if !ok {
-			r, ok = msg["reasoning_content"]
-		}
-		if ok && r != nil && role == "assistant" {
-			dict.Set("reasoning", fromGo(r))
-			dict.Set("reasoning_content", fromGo(r))
+		for _, k := range []string{"name", "task"} {
+			if v, ok := msg[k].(string); ok {
+				dict.Set(k, jinja.NewString(v))
+			}
 		}
 		out = append(out, d)
 	}
@@ -215,12 +231,16 @@ func normalizeContent(c any, openai bool) (jinja.Value, error) {
 				return jinja.Undefined(), fmt.Errorf("%w: content part %T", ErrContent, p)
 			}
 			typ, _ := pm["type"].(string)
+			key := "text"
 			switch typ {
+			case "refusal", "thinking":
+				key = typ
+				fallthrough
 			case "text", "input_text", "output_text":
-				s, _ := pm["text"].(string)
-				parts = append(parts, s)
-			case "refusal":
-				s, _ := pm["refusal"].(string)
+				s, ok := pm[key].(string)
+				if !ok {
+					continue // a part without its text is skipped, as vLLM does
+				}
 				parts = append(parts, s)
 			default:
 				return jinja.Undefined(), fmt.Errorf("%w: content part type %q", ErrContent, typ)
@@ -270,10 +290,10 @@ func normalizeToolCall(tc any) jinja.Value {
 		args := jinja.NewDict()
 		switch a := fn["arguments"].(type) {
 		case string:
-			if v, err := decodeOrdered([]byte(a)); err == nil && (v.IsDict() || v.IsList()) {
-				args = v
+			if v, err := decodeOrdered([]byte(a)); err == nil {
+				args = v // any valid JSON, as json.loads; invalid or empty → {}
 			}
-		case map[string]any:
+		case map[string]any, []any:
 			args = fromGo(a)
 		}
 		f.AsDict().Set("arguments", args)

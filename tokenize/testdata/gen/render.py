@@ -47,30 +47,39 @@ def norm_content(c, fmt):
 
 
 def norm_messages(msgs, fmt):
+    # vllm/entrypoints/chat_utils.py _parse_chat_message_content + _postprocess_messages
     out = []
     for m in msgs:
         r = {"role": m["role"], "content": norm_content(m.get("content"), fmt)}
-        if isinstance(m.get("name"), str):
-            r["name"] = m["name"]
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            calls = []
-            for tc in m["tool_calls"]:
-                tc = dict(tc)
-                fn = dict(tc["function"])
-                try:
-                    a = json.loads(fn.get("arguments") or "{}")
-                    fn["arguments"] = a if isinstance(a, dict) else {}
-                except ValueError:
-                    fn["arguments"] = {}
-                tc["function"] = fn
-                calls.append(tc)
-            r["tool_calls"] = calls
-        if m["role"] == "tool" and "tool_call_id" in m:
-            r["tool_call_id"] = m["tool_call_id"]
-        reasoning = m.get("reasoning", m.get("reasoning_content"))
-        if reasoning is not None:
-            r["reasoning"] = reasoning
-            r["reasoning_content"] = reasoning
+        if m["role"] == "assistant":
+            if m.get("tool_calls"):
+                calls = []
+                for tc in m["tool_calls"]:
+                    tc = dict(tc)
+                    fn = dict(tc["function"])
+                    a = fn.get("arguments")
+                    if isinstance(a, str):
+                        try:
+                            fn["arguments"] = json.loads(a)
+                        except ValueError:
+                            fn["arguments"] = {}
+                    elif not isinstance(a, (dict, list)):
+                        fn["arguments"] = {}
+                    tc["function"] = fn
+                    calls.append(tc)
+                r["tool_calls"] = calls
+            reasoning = m.get("reasoning", m.get("reasoning_content"))
+            if reasoning is not None:
+                r["reasoning"] = reasoning
+                r["reasoning_content"] = reasoning
+        if m["role"] == "tool":
+            if "tool_call_id" in m:
+                r["tool_call_id"] = m["tool_call_id"]
+            if isinstance(r["content"], list):
+                r["content"] = "\n".join(p["text"] for p in r["content"])
+        for k in ("name", "task"):
+            if isinstance(m.get(k), str):
+                r[k] = m[k]
         out.append(r)
     return out
 
