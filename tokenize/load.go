@@ -46,7 +46,7 @@ type tokenizerJSON struct {
 		EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
 		ByteFallback            bool              `json:"byte_fallback"`
 		IgnoreMerges            bool              `json:"ignore_merges"`
-		Vocab                   map[string]uint32 `json:"vocab"`
+		Vocab                   json.RawMessage   `json:"vocab"`
 		Merges                  json.RawMessage   `json:"merges"`
 	} `json:"model"`
 }
@@ -99,8 +99,12 @@ func buildBPE(t *tokenizerJSON) (*bpe, error) {
 		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return nil, fmt.Errorf("%w: BPE subword prefix/suffix", ErrUnsupported)
 	}
-	b := &bpe{words: make(map[string]uint32, len(m.Vocab)), ignoreMerges: m.IgnoreMerges}
-	for tok, id := range m.Vocab {
+	vocab := make(map[string]uint32, 1<<17)
+	if err := scanVocab(m.Vocab, func(tok string, id uint32) { vocab[tok] = id }); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	b := &bpe{words: make(map[string]uint32, len(vocab)), ignoreMerges: m.IgnoreMerges}
+	for tok, id := range vocab {
 		raw, ok := decodeByteLevel(tok)
 		if !ok {
 			continue
@@ -114,29 +118,28 @@ func buildBPE(t *tokenizerJSON) (*bpe, error) {
 		}
 		b.byteID[c] = id
 	}
-	var merges [][2]string
-	var asStrings []string
-	if err := json.Unmarshal(m.Merges, &asStrings); err == nil {
-		merges = make([][2]string, len(asStrings))
-		for i, s := range asStrings {
-			a, c, ok := strings.Cut(s, " ")
-			if !ok {
-				return nil, fmt.Errorf("%w: merge %d %q is not 'a b'", ErrUnsupported, i, s)
-			}
-			merges[i] = [2]string{a, c}
+	var merges [][3]uint32 // left, right, merged; index = rank
+	var buf []byte
+	err := scanMerges(m.Merges, func(x, y string) error {
+		a, ok1 := vocab[x]
+		c, ok2 := vocab[y]
+		buf = append(append(buf[:0], x...), y...)
+		merged, ok3 := vocab[string(buf)]
+		if !ok1 || !ok2 || !ok3 {
+			return fmt.Errorf("%w: merge %d (%q, %q) names a token missing from the vocabulary", ErrUnsupported, len(merges), x, y)
 		}
-	} else if err := json.Unmarshal(m.Merges, &merges); err != nil {
-		return nil, fmt.Errorf("%w: merges: %v", ErrUnsupported, err)
+		merges = append(merges, [3]uint32{a, c, merged})
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, ErrUnsupported) {
+			err = fmt.Errorf("%w: %v", ErrUnsupported, err)
+		}
+		return nil, err
 	}
 	b.pairs = newPairTable(len(merges))
-	for i, mg := range merges {
-		a, ok1 := m.Vocab[mg[0]]
-		c, ok2 := m.Vocab[mg[1]]
-		merged, ok3 := m.Vocab[mg[0]+mg[1]]
-		if !ok1 || !ok2 || !ok3 {
-			return nil, fmt.Errorf("%w: merge %d (%q, %q) names a token missing from the vocabulary", ErrUnsupported, i, mg[0], mg[1])
-		}
-		b.pairs.put(a, c, uint64(i)<<32|uint64(merged))
+	for rank, mg := range merges {
+		b.pairs.put(mg[0], mg[1], uint64(rank)<<32|uint64(mg[2]))
 	}
 	return b, nil
 }
