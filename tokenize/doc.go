@@ -51,6 +51,19 @@
 //     what surrounds it: the next turn of a conversation reuses every earlier message's
 //     ids and only encodes the new one (cache.go).
 //
+// # Files
+//
+//	doc.go, tokenize.go     Tokenizer interface, Path, Result, GivenOnly
+//	load.go, jsonscan.go    tokenizer.json / tokenizer_config.json, hub cache layout
+//	model.go                Model, LoadModel, EncodeText, post-processor rules
+//	bytelevel.go, bpe.go    byte-level alphabet, merges by rank
+//	pretok.go               hand-written Split pre-tokenizers
+//	added.go                added/special token splitting
+//	cache.go                byte-bounded segment cache
+//	chat.go, jsonvalue.go   chat templates, vLLM message/tool normalization, Anthropic
+//	service.go, remote.go   per-model path chains, worker /tokenize, health, metrics
+//	testdata/gen            reference generator (make tokenizer-goldens)
+//
 // # Chat rendering
 //
 // Templates run on github.com/ardanlabs/jinja, a Jinja engine written for chat
