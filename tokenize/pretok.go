@@ -182,15 +182,7 @@ func matchCL100K(digits int) matcher {
 			}
 		}
 		if c&cN != 0 {
-			j := i + w
-			for k := 1; k < digits; k++ {
-				_, c2, w2 := at(s, j)
-				if c2&cN == 0 {
-					break
-				}
-				j += w2
-			}
-			return j
+			return numbers(s, i, digits)
 		}
 		if e := punct(s, i, r, c, w, cWS|cL|cN, false); e > 0 {
 			return e
@@ -275,15 +267,7 @@ func matchO200K(s string, i int) int {
 		}
 	}
 	if c&cN != 0 {
-		j := i + w
-		for k := 1; k < 3; k++ {
-			_, c2, w2 := at(s, j)
-			if c2&cN == 0 {
-				break
-			}
-			j += w2
-		}
-		return j
+		return numbers(s, i, 3)
 	}
 	if e := punct(s, i, r, c, w, cWS|cL|cN, true); e > 0 {
 		return e
@@ -291,20 +275,26 @@ func matchO200K(s string, i int) int {
 	return whitespace(s, i)
 }
 
-// matchDigits3 is `\p{N}{1,3}` (DeepSeek V3's first split).
-func matchDigits3(s string, i int) int {
+// numbers matches \p{N}{1,max} at i: the end after at most max number runes, or i
+// when s[i] is not a number.
+func numbers(s string, i, max int) int {
 	j := i
-	for k := 0; k < 3; k++ {
+	for k := 0; k < max; k++ {
 		_, c, w := at(s, j)
 		if c&cN == 0 {
 			break
 		}
 		j += w
 	}
-	if j == i {
-		return -1
-	}
 	return j
+}
+
+// matchDigits3 is `\p{N}{1,3}` (DeepSeek V3's first split).
+func matchDigits3(s string, i int) int {
+	if j := numbers(s, i, 3); j > i {
+		return j
+	}
+	return -1
 }
 
 func isDSCJK(r rune) bool {

@@ -236,18 +236,14 @@ func (s *Service) Model(name string) *Model {
 // Tokenize implements Tokenizer. It never returns an error; a request left without ids
 // has Path PathNone and a Degraded reason.
 func (s *Service) Tokenize(ctx context.Context, req *request.Request) (Result, error) {
-	if len(req.PromptTokenIDs) > 0 {
-		n := 0
-		for _, p := range req.PromptTokenIDs {
-			n += len(p)
-		}
+	if res, ok := given(req); ok {
 		label := req.Model
 		if s.models[label] == nil {
 			label = "other"
 		}
 		s.m.Requests.WithLabelValues(label, string(PathGiven)).Inc()
-		s.m.Tokens.WithLabelValues(string(PathGiven)).Add(float64(n))
-		return Result{Tokens: req.PromptTokenIDs[0], PromptTokens: n, Path: PathGiven}, nil
+		s.m.Tokens.WithLabelValues(string(PathGiven)).Add(float64(res.PromptTokens))
+		return res, nil
 	}
 	st := s.models[req.Model]
 	if st == nil {
