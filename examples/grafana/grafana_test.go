@@ -50,10 +50,6 @@ var processMetrics = map[string]family{
 // branches (names and labels as seen there); they are not in metrics.Set on this branch
 // yet. Once a name is exported, the exported definition wins and this entry is stale.
 var pending = map[string]family{
-	"kvroute_tokenize_requests_total":             {labels: []string{"model", "path"}},
-	"kvroute_tokenize_degraded_total":             {labels: []string{"model", "reason"}},
-	"kvroute_tokenize_failures_total":             {labels: []string{"model", "path", "reason"}},
-	"kvroute_tokenize_duration_seconds":           {labels: []string{"path"}, histogram: true},
 	"kvroute_index_mode":                          {labels: []string{"worker", "mode"}},
 	"kvroute_index_events_total":                  {labels: []string{"worker", "type"}},
 	"kvroute_index_decode_errors_total":           {labels: []string{"worker"}},
