@@ -23,6 +23,13 @@ func (a *App) newDiscovery() (workers.Source, error) {
 	static := staticWorkers(a.Config)
 	switch d.Mode {
 	case "static", "":
+		// The static set never changes: record it once so that dashboards of
+		// kvroute_discovery_workers are not empty without discovery.
+		if m := a.Metrics.Workers; m != nil {
+			m.Discovered.WithLabelValues("static", "ready").Set(float64(len(static)))
+			m.Refreshes.WithLabelValues("static").Inc()
+			m.LastRefresh.WithLabelValues("static").SetToCurrentTime()
+		}
 		return nil, nil
 	case "dns":
 		return &workers.DNS{Registry: a.Registry, Name: d.DNS.Name, HTTPPort: d.DNS.HTTPPort, KVPort: d.DNS.KVEventsPort,

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/workers"
 )
@@ -71,5 +73,22 @@ func TestRunFailsWhenKubernetesIsUnreachable(t *testing.T) {
 	}
 	if err := a.Run(t.Context(), Listeners{}); err == nil {
 		t.Fatal("outside a cluster, kubernetes discovery must fail the start, not route to nothing silently")
+	}
+}
+
+func TestStaticWorkersAreCounted(t *testing.T) {
+	cfg := config.Default()
+	cfg.Workers = []config.Worker{{Address: "10.0.0.1:8000"}, {Address: "10.0.0.2:8000"}}
+	a, err := New(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := a.Run(ctx, Listeners{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(a.Metrics.Workers.Discovered.WithLabelValues("static", "ready")); n != 2 {
+		t.Fatalf("kvroute_discovery_workers{source=static,state=ready} = %v, want 2", n)
 	}
 }
