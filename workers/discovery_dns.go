@@ -11,6 +11,9 @@ import (
 	"github.com/kvroute/kvroute/metrics"
 )
 
+// DefaultDNSInterval is the lookup period of a DNS source without one.
+const DefaultDNSInterval = 30 * time.Second
+
 // Resolver looks up a name's addresses; *net.Resolver implements it.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
@@ -24,7 +27,7 @@ type DNS struct {
 	Name     string        // name to resolve
 	HTTPPort int           // port of the HTTP API on every address
 	KVPort   int           // fills {port} in the template's KV endpoints; 0 = none
-	Interval time.Duration // lookup period
+	Interval time.Duration // lookup period; ≤ 0 means DefaultDNSInterval
 	Template Template
 	Static   []*Worker // always present besides the discovered ones
 	Resolver Resolver  // nil = net.DefaultResolver
@@ -36,6 +39,9 @@ type DNS struct {
 // Run resolves at once and then every Interval until ctx is cancelled. A failed lookup
 // is counted and logged, and the previous worker set stays.
 func (d *DNS) Run(ctx context.Context) error {
+	if d.Interval <= 0 {
+		d.Interval = DefaultDNSInterval
+	}
 	t := time.NewTicker(d.Interval)
 	defer t.Stop()
 	for {
