@@ -91,8 +91,8 @@ func (ix *Index) InfoFor(w *workers.Worker, bindMode bool) WorkerInfo {
 		Events: bindMode || w.KVEvents.Endpoint != ""}
 }
 
-// SetWorker adds a worker, or updates its info (entries are kept when the model is
-// unchanged, dropped otherwise).
+// SetWorker adds a worker, or updates its info (confirmed entries are dropped when the
+// model changes). Speculate and ApplyPayload add unknown workers themselves.
 func (ix *Index) SetWorker(info WorkerInfo) {
 	ix.wmu.Lock()
 	w, ok := ix.byName[info.Name]
@@ -128,8 +128,9 @@ func (ix *Index) SetWorker(info WorkerInfo) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if ok && w.seedModel != info.Model {
+		// Confirmed entries were keyed in the old model's namespace; speculative ones
+		// come from the router's own keys and stay valid.
 		ix.clearLocked(w, -1)
-		ix.dropSpecLocked(w)
 	}
 	w.info = info
 	w.seedModel = info.Model
@@ -239,7 +240,12 @@ func (ix *Index) Speculate(name string, keys []Key) {
 	}
 	w := ix.worker(name)
 	if w == nil {
-		return
+		// A worker the index was not told about (in-process users that skip SetWorker):
+		// index it without events, so its speculative entries live by TTL.
+		ix.SetWorker(WorkerInfo{Name: name})
+		if w = ix.worker(name); w == nil {
+			return
+		}
 	}
 	now := ix.tick()
 	w.mu.Lock()
