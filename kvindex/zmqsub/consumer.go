@@ -138,12 +138,12 @@ func (c *consumer) recover(ctx context.Context, r int, p *pubState, from, upto u
 	if res == replayOK && p.next < upto {
 		res = replayPartial // the buffer ended before the live message
 	}
-	m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
 	if res != replayOK {
+		m.ix.Desync(c.name()) // before the counter: whoever sees the count sees the mode
 		m.log.Warn("kvindex: KV event replay incomplete; worker runs approximate until fresh events cover it",
 			"worker", c.name(), "rank", r, "from", from, "upto", upto, "result", res)
-		m.ix.Desync(c.name())
 	}
+	m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
 	p.dupFloor = from
 	if p.next < upto {
 		p.next = upto
