@@ -82,9 +82,7 @@ func TestPythonPublisher(t *testing.T) {
 	if cpu != 1 {
 		t.Fatal("medium CPU not kept")
 	}
-	if n := testutil.ToFloat64(h.ms.Replays.WithLabelValues("py", "ok")); n < 1 {
-		t.Fatalf("replays ok = %v", n)
-	}
+	h.eventually(func() bool { return testutil.ToFloat64(h.ms.Replays.WithLabelValues("py", "ok")) >= 1 }, "no replay ok")
 	if n := testutil.ToFloat64(h.ms.DecodeErrors.WithLabelValues("py")); n != 0 {
 		t.Fatalf("decode errors = %v", n)
 	}
