@@ -194,25 +194,26 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 		}
 	}()
 	base := len(dst)
-	// pos maps worker id → index in dst[base:] (−1: not a candidate).
-	var posBuf [64]int32
-	var pos []int32
-	if len(names) <= len(posBuf) {
-		pos = posBuf[:len(names)]
+	// cnt[id] is worker id's leading blocks so far (−1: not a candidate), pos[id] its
+	// index in dst[base:]. A holder that cannot advance costs one load and compare.
+	var cntBuf, posBuf [64]int32
+	var cnt, pos []int32
+	if len(names) <= len(cntBuf) {
+		cnt, pos = cntBuf[:len(names)], posBuf[:len(names)]
 	} else {
-		pos = make([]int32, len(names))
+		cnt, pos = make([]int32, len(names)), make([]int32, len(names))
 	}
-	for i := range pos {
-		pos[i] = -1
+	for i := range cnt {
+		cnt[i] = -1
 	}
 	k0 := keys[0]
 	sh := &ix.shards[shardOf(k0)]
 	_, hs0 := sh.holders(k0)
 	for _, h := range hs0 {
-		if t, ok := h.live(now); ok && int(h.id()) < len(pos) {
+		if t, ok := h.live(now); ok && int(h.id()) < len(cnt) {
 			m := Match{Worker: names[h.id()], Blocks: 1}
 			m.ByTier[t] = 1
-			pos[h.id()] = int32(len(dst) - base)
+			cnt[h.id()], pos[h.id()] = 1, int32(len(dst)-base)
 			dst = append(dst, m)
 		}
 	}
@@ -226,8 +227,18 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 	const group = 8
 	var slots [group]int32
 	var ahead uint64
+	touch := func(from, to int) { // plain loads of home slots: no branches, so they overlap
+		for j := from; j < to; j++ {
+			t := &ix.shards[shardOf(keys[j])].t
+			if n := len(t.s); n > 0 {
+				ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
+			}
+		}
+	}
+	touch(1, min(1+group, len(keys)))
 	for g := 1; g < len(keys); g += group {
 		end := min(g+group, len(keys))
+		touch(end, min(end+group, len(keys))) // the next group's slots load while this one is walked
 		for j := g; j < end; j++ {
 			sh := &ix.shards[shardOf(keys[j])]
 			i := sh.t.find(uint64(keys[j]))
@@ -240,30 +251,34 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 		}
 		for i := g; i < end; i++ {
 			if slots[i-g] < 0 {
-				lookupSink.Add(ahead & 1)
-				return dst
+				return finish(found, cnt, pos, dst, ahead)
 			}
 			sh := &ix.shards[shardOf(keys[i])]
 			advanced := 0
 			for _, h := range sh.holdersAt(int(slots[i-g])) {
-				id := h.id()
-				if int(id) >= len(pos) || pos[id] < 0 {
-					continue
-				}
-				m := &found[pos[id]]
-				if m.Blocks != i {
+				id := int(h.wf & idMask)
+				if id >= len(cnt) || cnt[id] != int32(i) {
 					continue
 				}
 				if t, ok := h.live(now); ok {
-					m.Blocks++
-					m.ByTier[t]++
+					cnt[id]++
+					found[pos[id]].ByTier[t]++
 					advanced++
 				}
 			}
 			if advanced == 0 {
-				lookupSink.Add(ahead & 1)
-				return dst
+				return finish(found, cnt, pos, dst, ahead)
 			}
+		}
+	}
+	return finish(found, cnt, pos, dst, ahead)
+}
+
+// finish copies each candidate's count into its Match.
+func finish(found []Match, cnt, pos []int32, dst []Match, ahead uint64) []Match {
+	for id, c := range cnt {
+		if c > 0 {
+			found[pos[id]].Blocks = int(c)
 		}
 	}
 	lookupSink.Add(ahead & 1)
