@@ -70,7 +70,7 @@ type Summary struct {
 // workload's cache-hit bound; workers the names all workers (for load spread; nil =
 // those seen).
 func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound float64, workers []string) Summary {
-	s := Summary{Policy: policy, Arrivals: arr, Requests: len(rs), SLO: slo.Seconds(), HitBound: bound, PerWorker: map[string]int{}}
+	s := Summary{Policy: policy, Arrivals: arr, Requests: len(rs), SLO: slo.Seconds(), HitBound: bound, PerWorker: map[string]int{}, Results: rs}
 	for _, w := range workers {
 		s.PerWorker[w] = 0
 	}
@@ -130,14 +130,15 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 		s.PredMAE = sum / float64(len(absErr))
 		s.PredMedRel = Percentile(relErr, 50)
 	}
-	s.LoadCV = cv(s.PerWorker)
+	s.LoadCV = CV(s.PerWorker)
 	if len(s.PerWorker) == 0 {
 		s.PerWorker = nil
 	}
 	return s
 }
 
-func cv(m map[string]int) float64 {
+// CV is the coefficient of variation (population σ / mean) of per-worker counts.
+func CV(m map[string]int) float64 {
 	if len(m) < 2 {
 		return 0
 	}
