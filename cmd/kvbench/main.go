@@ -63,6 +63,7 @@ func run(args []string) error {
 	fs.Var(&targets, "http", "HTTP target NAME=URL or NAME=random:URL,URL / NAME=round_robin:URL,URL (repeatable); none → virtual time")
 	api := fs.String("api", "tokens", "HTTP: tokens (/v1/completions with token ids) or chat (/v1/chat/completions, stand-in text)")
 	model := fs.String("model", "", "HTTP: model field (default: the profile's model)")
+	resetURLs := fs.String("reset", "", "HTTP: comma-separated worker base URLs to POST /reset_prefix_cache before each target (cold caches for every policy)")
 	workerMetrics := fs.String("worker-metrics", "", "HTTP: comma-separated worker /metrics URLs for per-worker load spread")
 	nworkers := fs.Int("workers", 3, "virtual: workers")
 	profile := fs.String("profile", "l40s-27b", fmt.Sprintf("virtual: engine profile %v", sim.ProfileNames()))
@@ -182,6 +183,11 @@ func run(args []string) error {
 			bound := bench.HitBound(wl, prof.BlockSize)
 			var g []bench.Summary
 			for _, t := range ts {
+				if *resetURLs != "" {
+					if err := resetCaches(ctx, client, strings.Split(*resetURLs, ",")); err != nil {
+						return err
+					}
+				}
 				before := scrape(ctx, client, wm)
 				bar.Start(fmt.Sprintf("%s %s", a, t.Name))
 				rs := bench.RunHTTP(ctx, wl, t, bench.HTTPOptions{Arrivals: a, Model: *model, API: *api, Client: client, Seed: *seed, Progress: bar.Update})
@@ -260,4 +266,35 @@ func scrape(ctx context.Context, c *http.Client, urls []string) []float64 {
 		out[i], _ = bench.ScrapeCounter(ctx, c, u, "vllm:request_success_total")
 	}
 	return out
+}
+
+// resetCaches empties every worker's prefix cache (vLLM POST /reset_prefix_cache),
+// retrying while the worker still finishes requests of the previous target.
+func resetCaches(ctx context.Context, c *http.Client, urls []string) error {
+	for _, u := range urls {
+		var last string
+		ok := false
+		for try := 0; try < 50 && !ok; try++ {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(u, "/")+"/reset_prefix_cache", nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				last = err.Error()
+			} else {
+				resp.Body.Close()
+				ok = resp.StatusCode == http.StatusOK
+				last = resp.Status
+			}
+			if !ok {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
+		if !ok {
+			return fmt.Errorf("reset prefix cache of %s: %s", u, last)
+		}
+	}
+	return nil
 }
