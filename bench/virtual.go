@@ -10,6 +10,7 @@ import (
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/sim"
 	"github.com/kvroute/kvroute/workers"
 )
@@ -19,7 +20,9 @@ import (
 type VirtualOptions struct {
 	Workers  int
 	Profile  sim.Profile
-	Policy   string // a scoring.PolicyNames entry
+	Policy   string // a scoring.PolicyNames entry (or bench's own random/round_robin)
+	// PolicyImpl, when set, is used instead of looking Policy up by name.
+	PolicyImpl scoring.Policy
 	Arrivals Arrivals
 	Seed     uint64
 	// EventLag delays KV events from an engine to the index (ZMQ + decode latency).
@@ -59,9 +62,12 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	}
 	prof := o.Profile
 	clock := sim.NewClock(virtualStart)
-	policy, err := newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)))
-	if err != nil {
-		return nil, err
+	policy := o.PolicyImpl
+	if policy == nil {
+		var err error
+		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c))); err != nil {
+			return nil, err
+		}
 	}
 	reg := workers.NewRegistry()
 	names := WorkerNames(o.Workers)
