@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"container/list"
 	"sort"
 
 	"github.com/kvroute/kvroute/kvindex"
@@ -35,8 +36,15 @@ func chains(w *Workload) [][]int {
 // workload in arrival order: hits are block aligned and at most prompt length − 1, as
 // in vLLM. It bounds what any placement over finite workers can reach (generated
 // tokens are not counted, as the workload does not know them).
-func HitBound(w *Workload, blockSize int) float64 {
-	seen := map[kvindex.Key]struct{}{}
+func HitBound(w *Workload, blockSize int) float64 { return HitBoundLRU(w, blockSize, 0) }
+
+// HitBoundLRU is HitBound for one pooled LRU cache of capacity blocks (0: infinite),
+// e.g. the whole cluster's KV capacity as if it were one worker. Not a strict bound
+// (a pooled LRU is not optimal), but a fair reference when the infinite cache is far
+// out of reach.
+func HitBoundLRU(w *Workload, blockSize, capacity int) float64 {
+	seen := map[kvindex.Key]*list.Element{}
+	lru := list.New() // front = most recently used
 	var prompt, hit int
 	order := make([]int, 0, len(w.Items))
 	for _, c := range chains(w) {
@@ -64,7 +72,16 @@ func HitBound(w *Workload, blockSize int) float64 {
 		hit += n * blockSize
 		prompt += len(toks)
 		for _, k := range keys {
-			seen[k] = struct{}{}
+			if e, ok := seen[k]; ok {
+				lru.MoveToFront(e)
+				continue
+			}
+			seen[k] = lru.PushFront(k)
+			if capacity > 0 && lru.Len() > capacity {
+				old := lru.Back()
+				delete(seen, old.Value.(kvindex.Key))
+				lru.Remove(old)
+			}
 		}
 	}
 	if prompt == 0 {

@@ -18,13 +18,13 @@ import (
 // VirtualOptions configures a virtual-time cluster run: N simulated engines behind
 // kvroute's router core (in process), everything on one discrete-event clock.
 type VirtualOptions struct {
-	Workers  int
-	Profile  sim.Profile
-	Policy   string // a scoring.PolicyNames entry (or bench's own random/round_robin)
+	Workers int
+	Profile sim.Profile
+	Policy  string // a scoring.PolicyNames entry (or bench's own random/round_robin)
 	// PolicyImpl, when set, is used instead of looking Policy up by name.
 	PolicyImpl scoring.Policy
-	Arrivals Arrivals
-	Seed     uint64
+	Arrivals   Arrivals
+	Seed       uint64
 	// EventLag delays KV events from an engine to the index (ZMQ + decode latency).
 	EventLag time.Duration
 	// SpeculativeTTL of the index (kvroute's index.speculative_ttl); 0 means 30 s.

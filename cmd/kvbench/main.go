@@ -67,6 +67,7 @@ func run(args []string) error {
 	workerMetrics := fs.String("worker-metrics", "", "HTTP: comma-separated worker /metrics URLs for per-worker load spread")
 	nworkers := fs.Int("workers", 3, "virtual: workers")
 	profile := fs.String("profile", "l40s-27b", fmt.Sprintf("virtual: engine profile %v", sim.ProfileNames()))
+	numBlocks := fs.Int("num-gpu-blocks", 0, "virtual: override the profile's KV capacity in blocks")
 	policies := fs.String("policies", "all", "virtual: comma-separated scoring policies, or all")
 	lag := fs.Duration("event-lag", 5*time.Millisecond, "virtual: KV event delay from engine to index")
 	slo := fs.Duration("slo", 8*time.Second, "TTFT objective for goodput")
@@ -82,6 +83,9 @@ func run(args []string) error {
 	}
 	if *model == "" {
 		*model = prof.Model
+	}
+	if *numBlocks > 0 {
+		prof.NumBlocks = *numBlocks
 	}
 	var w *bench.Workload
 	switch *workload {
@@ -149,6 +153,7 @@ func run(args []string) error {
 		for _, a := range arrs {
 			wl := a.Apply(w)
 			bound := bench.HitBound(wl, prof.BlockSize)
+			pooled := bench.HitBoundLRU(wl, prof.BlockSize, *nworkers*prof.NumBlocks)
 			var g []bench.Summary
 			for _, p := range names {
 				bar.Start(fmt.Sprintf("%s %s", a, p))
@@ -158,6 +163,7 @@ func run(args []string) error {
 					return err
 				}
 				s := bench.Summarize(p, a.String(), rs, *slo, bound, bench.WorkerNames(*nworkers))
+				s.HitPooled = pooled
 				g = append(g, s)
 				points = append(points, bench.LoadPoint{Load: a.Rate, S: s})
 			}
