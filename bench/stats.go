@@ -52,13 +52,14 @@ type Summary struct {
 	E2Ep50     float64        `json:"e2e_p50_s"`
 	E2Ep99     float64        `json:"e2e_p99_s"`
 	ITLp50     float64        `json:"itl_p50_s"`
-	Goodput    float64        `json:"goodput_rpm"`     // requests per minute meeting the TTFT SLO
-	SLO        float64        `json:"slo_ttft_s"`      // the SLO used
-	SLOMet     float64        `json:"slo_met_frac"`    // fraction of requests meeting it
-	Throughput float64        `json:"throughput_rpm"`  // completed requests per minute
-	HitRatio   float64        `json:"cache_hit_ratio"` // cached / prompt tokens
-	HitBound   float64        `json:"cache_hit_bound"` // infinite single cache over the same workload
-	LoadCV     float64        `json:"load_cv"`         // coefficient of variation of requests per worker
+	Goodput    float64        `json:"goodput_rpm"`                    // requests per minute meeting the TTFT SLO
+	SLO        float64        `json:"slo_ttft_s"`                     // the SLO used
+	SLOMet     float64        `json:"slo_met_frac"`                   // fraction of requests meeting it
+	Throughput float64        `json:"throughput_rpm"`                 // completed requests per minute
+	HitRatio   float64        `json:"cache_hit_ratio"`                // cached / prompt tokens
+	HitBound   float64        `json:"cache_hit_bound"`                // infinite single cache over the same workload
+	HitPooled  float64        `json:"cache_hit_pooled_lru,omitempty"` // one LRU cache of the cluster's total capacity (virtual runs)
+	LoadCV     float64        `json:"load_cv"`                        // coefficient of variation of requests per worker
 	PerWorker  map[string]int `json:"requests_per_worker,omitempty"`
 	PredMAE    float64        `json:"prediction_mae_s,omitempty"`      // mean |predicted − observed| TTFT
 	PredMedRel float64        `json:"prediction_median_rel,omitempty"` // median |pred − obs| / obs
