@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# make bench: virtual-time comparison of kvroute against every baseline policy.
+#  1. shared prefix (GuideLLM-style: 8 system prompts of 6,000 tokens, 200-token user
+#     suffix, 64 output tokens) on 3 simulated L40S / 27B FP8 workers at five Poisson
+#     rates, from unsaturated (0.5 req/s) to past the baselines' saturation (4 req/s);
+#  2. the Mooncake conversation trace (first BENCH_TRACE_DURATION of it, default the whole
+#     hour) on 8 simulated H100 / 8B workers, when ../shared/data/traces is present.
+# Results: bench-out/<workload>/report.json and SVG plots; tables on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin}
+OUT=${BENCH_OUT:-bench-out}
+TRACE=${TRACE:-../shared/data/traces/mooncake_conversation_trace.jsonl}
+POLICIES=${BENCH_POLICIES:-all}
+
+echo "== shared prefix, 3 x l40s-27b, virtual time"
+"$BIN/kvbench" --workload shared-prefix --requests 600 --prefixes 8 --prefix-tokens 6000 --suffix-tokens 200 \
+  --output-tokens 64 --sweep poisson:0.5,1,2,3,4 --workers 3 --profile l40s-27b --policies "$POLICIES" \
+  --out "$OUT/shared-prefix"
+
+if [ -f "$TRACE" ]; then
+  echo "== Mooncake conversation trace, 8 x h100-8b, virtual time"
+  args=()
+  [ -n "${BENCH_TRACE_DURATION:-}" ] && args+=(--max-duration "$BENCH_TRACE_DURATION")
+  "$BIN/kvbench" --workload trace --trace "$TRACE" --workers 8 --profile h100-8b --policies "$POLICIES" \
+    "${args[@]}" --out "$OUT/mooncake"
+else
+  echo "== Mooncake trace not found at $TRACE: skipped (set TRACE=FILE)"
+fi
