@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -62,16 +61,13 @@ func (r *Report) WriteTable(w io.Writer) {
 		if kv == nil {
 			continue
 		}
-		var parts []string
+		fmt.Fprintf(w, "kvroute vs baselines at %s (× = how many times better than the baseline):\n", kv.Arrivals)
 		for _, s := range g {
 			if s.Policy == kv.Policy {
 				continue
 			}
-			parts = append(parts, fmt.Sprintf("%s: TTFT p50 %s× p90 %s×, goodput %s×", s.Policy,
-				ratio(s.TTFTp50, kv.TTFTp50), ratio(s.TTFTp90, kv.TTFTp90), ratio(kv.Goodput, s.Goodput)))
-		}
-		if len(parts) > 0 {
-			fmt.Fprintf(w, "kvroute vs baselines at %s (× = how many times better): %s\n", kv.Arrivals, strings.Join(parts, "; "))
+			fmt.Fprintf(w, "  %-22s TTFT p50 %6s×  p90 %6s×  goodput %5s×\n", s.Policy,
+				ratio(s.TTFTp50, kv.TTFTp50), ratio(s.TTFTp90, kv.TTFTp90), ratio(kv.Goodput, s.Goodput))
 		}
 	}
 }

@@ -70,11 +70,14 @@ type SharedPrefixOptions struct {
 	SuffixTokens int // S
 	OutputTokens int // O
 	Requests     int
-	Seed         uint64
+	// Skew > 1 draws prefixes from a Zipf law with this exponent instead of uniformly:
+	// a few hot prefixes, as with production system prompts. 0 = uniform (GuideLLM).
+	Skew float64
+	Seed uint64
 }
 
-// SharedPrefix builds the workload; request i uses prefix i mod K after a seeded
-// shuffle, so every prefix is used equally often in random order.
+// SharedPrefix builds the workload; each request draws its prefix at random
+// (uniformly, or Zipf-skewed when Skew > 1).
 func SharedPrefix(o SharedPrefixOptions) *Workload {
 	r := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	prefixes := make([][]uint32, o.Prefixes)
@@ -82,8 +85,17 @@ func SharedPrefix(o SharedPrefixOptions) *Workload {
 		prefixes[i] = randTokens(r, o.PrefixTokens)
 	}
 	w := &Workload{Name: "shared-prefix"}
+	var z *rand.Zipf
+	if o.Skew > 1 && o.Prefixes > 1 {
+		z = rand.NewZipf(r, o.Skew, 1, uint64(o.Prefixes-1))
+	}
 	for i := 0; i < o.Requests; i++ {
-		k := r.IntN(o.Prefixes)
+		k := 0
+		if z != nil {
+			k = int(z.Uint64())
+		} else {
+			k = r.IntN(o.Prefixes)
+		}
 		w.Items = append(w.Items, Item{Conv: -1, MaxTokens: o.OutputTokens, Group: "prefix-" + itoa(k),
 			Messages: []Message{{Role: "system", Tokens: prefixes[k]}, {Role: "user", Tokens: randTokens(r, o.SuffixTokens)}}})
 	}

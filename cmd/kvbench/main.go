@@ -47,6 +47,7 @@ func run(args []string) error {
 	prefixes := fs.Int("prefixes", 8, "shared-prefix: K prefixes")
 	prefixTok := fs.Int("prefix-tokens", 6000, "shared-prefix: P tokens per prefix (system message)")
 	suffixTok := fs.Int("suffix-tokens", 200, "shared-prefix: S unique user tokens")
+	skew := fs.Float64("prefix-skew", 0, "shared-prefix: Zipf exponent (> 1) for prefix popularity; 0 uniform")
 	outputTok := fs.Int("output-tokens", 64, "output tokens per request (ignore_eos)")
 	convs := fs.Int("conversations", 40, "multi-turn: conversations")
 	turns := fs.Int("turns", 6, "multi-turn: turns per conversation")
@@ -91,7 +92,7 @@ func run(args []string) error {
 	switch *workload {
 	case "shared-prefix":
 		w = bench.SharedPrefix(bench.SharedPrefixOptions{Prefixes: *prefixes, PrefixTokens: *prefixTok, SuffixTokens: *suffixTok,
-			OutputTokens: *outputTok, Requests: *requests, Seed: *seed})
+			OutputTokens: *outputTok, Requests: *requests, Skew: *skew, Seed: *seed})
 	case "multi-turn":
 		w = bench.MultiTurn(bench.MultiTurnOptions{Conversations: *convs, Turns: *turns, SystemTokens: *sysTok, UserTokens: *userTok,
 			OutputTokens: *outputTok, Think: *think, Seed: *seed})
