@@ -81,6 +81,14 @@ wait_http() {
 for i in 0 1 2; do wait_http "http://127.0.0.1:$((HTTP + i))/health"; done
 wait_http "http://127.0.0.1:$ADMIN/healthz"
 
+# One tiny request through kvroute first: fail early and clearly if the proxy cannot route.
+if ! curl -fsS -o "$tmp/probe.json" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"google/gemma-3-27b-it\",\"prompt\":[1,2,3],\"max_tokens\":1}" "http://127.0.0.1:$PROXY/v1/completions"; then
+  echo "demo: kvroute proxy did not route a probe request; kvroute log:" >&2
+  tail -20 "$tmp/kvroute.log" >&2
+  exit 1
+fi
+
 urls="http://127.0.0.1:$HTTP,http://127.0.0.1:$((HTTP + 1)),http://127.0.0.1:$((HTTP + 2))"
 metrics="http://127.0.0.1:$HTTP/metrics,http://127.0.0.1:$((HTTP + 1))/metrics,http://127.0.0.1:$((HTTP + 2))/metrics"
 echo "demo: shared prefix: $PREFIXES system prompts of $PREFIX_TOKENS tokens, $SUFFIX_TOKENS-token user suffix, $OUTPUT_TOKENS output tokens;"
