@@ -32,7 +32,17 @@ type Profile struct {
 	MaxBatchTokens  int           // vLLM --max-num-batched-tokens (chunked prefill budget per step)
 }
 
-// Profiles holds the built-in profiles by name.
+// Profiles holds the built-in profiles by name. The numbers are roofline estimates
+// checked against published vLLM measurements (sources below and in BENCHMARKS.md,
+// section "Simulator"):
+//   - L40S memory bandwidth 864 GB/s, ~0.72 TB/s achievable (ai-hpc.github.io L40S
+//     benchmark guide); Qwen2.5-32B FP8 on 4× L40S with vLLM: ~5,400 prefill tok/s and
+//     55 ms TBT at batch 8, memory-bandwidth bound (evokernel-specs case
+//     qwencoder-l40sx4-vllm-001).
+//   - Llama-3.1-8B BF16 with vLLM: ~75 tok/s per request at concurrency 1 on an A100
+//     40 GB at ~77% of its 1.55 TB/s (johnmusgrave.com vLLM sweep), i.e. ~165 tok/s at
+//     the H100's 3.35 TB/s; ~12,500 output tok/s aggregate on one H100 (morphllm.com
+//     vLLM benchmarks).
 //
 // l40s-27b: one L40S (48 GB, 864 GB/s, 362 TFLOPS dense FP8) serving a ~27B model in FP8
 // (Gemma-3-27B / Qwen3-32B class). Decode: 27 GB of weights per step at ~85% of the
