@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func startWorker(t *testing.T, details bool, onBatch func(Batch)) (*Worker, string) {
@@ -231,5 +232,34 @@ func TestTokenizeMetricsHealthReset(t *testing.T) {
 	}
 	if w.Runner.Stats().Running != 0 {
 		t.Error("running after completion")
+	}
+}
+
+func TestClientDisconnectAbortsTheRequest(t *testing.T) {
+	w, url := startWorker(t, false, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions",
+		strings.NewReader(`{"prompt":"t1 t2 t3","max_tokens":500,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil { // first content chunk arrived
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	// The handler sees the cancelled request context and aborts the engine request,
+	// freeing its blocks long before its 500 tokens (≥ 0.5 s of 1 ms steps) are done.
+	deadline := time.Now().Add(2 * time.Second)
+	for w.Runner.Stats().Running+w.Runner.Stats().Waiting > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("request still in the engine after the client went away")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s := w.Runner.Stats(); s.FreeBlocks != 64 {
+		t.Errorf("free blocks %d after abort, want 64", s.FreeBlocks)
 	}
 }
