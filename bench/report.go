@@ -34,20 +34,38 @@ func fmtS(v float64) string {
 // to each baseline under each group.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "arrivals\tpolicy\treqs\terr\tTTFT p50\tp90\tp99\tE2E p50\tp99\tgoodput/min\thit\tbound\tpooled\tload CV\tpred MAE\t")
+	// The pooled-LRU and prediction columns only exist for virtual runs.
+	pooledCol, predCol := false, false
+	for _, s := range r.Summaries {
+		pooledCol = pooledCol || s.HitPooled > 0
+		predCol = predCol || s.PredMAE > 0
+	}
+	head := "arrivals\tpolicy\treqs\terr\tTTFT p50\tp90\tp99\tE2E p50\tp99\tgoodput/min\thit\tbound\t"
+	if pooledCol {
+		head += "pooled\t"
+	}
+	head += "load CV\t"
+	if predCol {
+		head += "pred MAE\t"
+	}
+	fmt.Fprintln(tw, head)
 	groups := r.groups()
 	for _, g := range groups {
 		for _, s := range g {
-			mae := "-"
-			if s.PredMAE > 0 {
-				mae = fmtS(s.PredMAE)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f%%\t%.1f%%\t", s.Arrivals, s.Policy, s.Requests, s.Errors,
+				fmtS(s.TTFTp50), fmtS(s.TTFTp90), fmtS(s.TTFTp99), fmtS(s.E2Ep50), fmtS(s.E2Ep99), s.Goodput, 100*s.HitRatio, 100*s.HitBound)
+			if pooledCol {
+				fmt.Fprintf(tw, "%.1f%%\t", 100*s.HitPooled)
 			}
-			pooled := "-"
-			if s.HitPooled > 0 {
-				pooled = fmt.Sprintf("%.1f%%", 100*s.HitPooled)
+			fmt.Fprintf(tw, "%.2f\t", s.LoadCV)
+			if predCol {
+				mae := "-"
+				if s.PredMAE > 0 {
+					mae = fmtS(s.PredMAE)
+				}
+				fmt.Fprintf(tw, "%s\t", mae)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f%%\t%.1f%%\t%s\t%.2f\t%s\t\n", s.Arrivals, s.Policy, s.Requests, s.Errors,
-				fmtS(s.TTFTp50), fmtS(s.TTFTp90), fmtS(s.TTFTp99), fmtS(s.E2Ep50), fmtS(s.E2Ep99), s.Goodput, 100*s.HitRatio, 100*s.HitBound, pooled, s.LoadCV, mae)
+			fmt.Fprintln(tw)
 		}
 	}
 	tw.Flush()
