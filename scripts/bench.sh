@@ -7,8 +7,8 @@
 #     cache affinity without a load term overloads the worker holding the hottest one;
 #  3. the Mooncake conversation trace on 8 simulated H100 / 8B workers, when
 #     ../shared/data/traces is present: its first BENCH_TRACE_DURATION (default 20m;
-#     0 = the whole hour, ~1.5 min per policy here) as recorded, then the first 10
-#     minutes replayed twice as fast (--speed 2) for a loaded point.
+#     0 = the whole hour, ~1.5 min per policy here) as recorded, then the same
+#     20 minutes replayed twice as fast (--speed 2 --max-duration 10m) for a loaded point.
 # Results: bench-out/<workload>/report.json and SVG plots; tables on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,7 @@ if [ -f "$TRACE" ]; then
   echo "== Mooncake conversation trace, 8 x h100-8b, virtual time"
   "$BIN/kvbench" --workload trace --trace "$TRACE" --workers 8 --profile h100-8b --policies "$POLICIES" \
     --max-duration "${BENCH_TRACE_DURATION:-20m}" --out "$OUT/mooncake"
-  echo "== Mooncake conversation trace at twice its speed (first 10 minutes), 8 x h100-8b, virtual time"
+  echo "== Mooncake conversation trace at twice its speed (its first 20 minutes in 10), 8 x h100-8b, virtual time"
   "$BIN/kvbench" --workload trace --trace "$TRACE" --workers 8 --profile h100-8b --policies "$POLICIES" \
     --max-duration 10m --speed 2 --out "$OUT/mooncake-x2"
 else
