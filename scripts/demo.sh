@@ -22,11 +22,12 @@ for b in vllm-sim kvroute kvbench; do
 done
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# Find 11 free ports in a row: 3 HTTP, 3 PUB, 3 replay, proxy, admin.
+# Find 11 free ports in a row: 3 HTTP, 3 PUB, 3 replay, proxy, admin. The range stays
+# below Linux's ephemeral ports (32768+), which outgoing connections may hold.
 base=${DEMO_PORT:-}
 if [ -z "$base" ]; then
   for _ in $(seq 1 50); do
-    cand=$(( 20000 + (RANDOM % 2000) * 10 ))
+    cand=$(( 20000 + (RANDOM % 1200) * 10 ))
     ok=1
     for i in $(seq 0 10); do port_free $((cand + i)) || { ok=0; break; }; done
     [ $ok = 1 ] && { base=$cand; break; }
