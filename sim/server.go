@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -22,6 +23,11 @@ type WorkerOptions struct {
 	// does without PYTHONHASHSEED.
 	Seed      uint64
 	Tokenizer Tokenizer // nil: StandIn
+	// TextTokens, when set, tokenizes text prompts and chat messages instead of
+	// Tokenizer (e.g. package tokenize with a real tokenizer.json and chat template):
+	// chat reports /v1/chat/completions (or /tokenize with messages); body is the raw
+	// request body. Token-id prompts never go through it.
+	TextTokens func(chat bool, body []byte) ([]uint32, error)
 	// PromptTokensDetails adds usage.prompt_tokens_details.cached_tokens (vLLM
 	// --enable-prompt-tokens-details), omitted when zero.
 	PromptTokensDetails bool
@@ -132,6 +138,27 @@ func (m chatMsg) text() string {
 
 var errBadPrompt = errors.New(`"prompt" must be a string, a list of one string, a list of token ids, or a list of one list of token ids`)
 
+// chatOrText tokenizes chat messages with TextTokens when set, else with Tokenizer.
+func (w *Worker) chatOrText(chat bool, body []byte, msgs []chatMsg, genPrompt *bool) ([]uint32, error) {
+	if w.opt.TextTokens != nil {
+		return w.opt.TextTokens(chat, body)
+	}
+	return w.chatTokens(msgs, genPrompt), nil
+}
+
+// promptTokensRaw decodes a completions prompt: token ids as given, text through
+// TextTokens when set.
+func (w *Worker) promptTokensRaw(prompt json.RawMessage, body []byte) ([]uint32, error) {
+	if w.opt.TextTokens != nil {
+		var ids []uint32
+		var idss [][]uint32
+		if json.Unmarshal(prompt, &ids) != nil && json.Unmarshal(prompt, &idss) != nil {
+			return w.opt.TextTokens(false, body)
+		}
+	}
+	return w.promptTokens(prompt)
+}
+
 // promptTokens decodes a completions prompt.
 func (w *Worker) promptTokens(raw json.RawMessage) ([]uint32, error) {
 	var s string
@@ -183,8 +210,13 @@ func (w *Worker) usage(prompt, completion, cached int) *usage {
 func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		arrival := w.opt.Now()
+		raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+		if err != nil {
+			apiError(rw, http.StatusBadRequest, "BadRequestError", "reading body: "+err.Error())
+			return
+		}
 		var body genBody
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		if err := json.Unmarshal(raw, &body); err != nil {
 			apiError(rw, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
 			return
 		}
@@ -198,10 +230,12 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 				apiError(rw, http.StatusBadRequest, "BadRequestError", `"messages" is required`)
 				return
 			}
-			prompt = w.chatTokens(body.Messages, body.AddGenerationPrompt)
+			if prompt, err = w.chatOrText(true, raw, body.Messages, body.AddGenerationPrompt); err != nil {
+				apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+				return
+			}
 		} else {
-			var err error
-			if prompt, err = w.promptTokens(body.Prompt); err != nil {
+			if prompt, err = w.promptTokensRaw(body.Prompt, raw); err != nil {
 				apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
 				return
 			}
@@ -394,17 +428,23 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
 		Messages            []chatMsg       `json:"messages"`
 		AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err == nil {
+		err = json.Unmarshal(raw, &body)
+	}
+	if err != nil {
 		apiError(rw, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
 		return
 	}
 	var toks []uint32
 	switch {
 	case len(body.Messages) > 0:
-		toks = w.chatTokens(body.Messages, body.AddGenerationPrompt)
+		if toks, err = w.chatOrText(true, raw, body.Messages, body.AddGenerationPrompt); err != nil {
+			apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+			return
+		}
 	case len(body.Prompt) > 0:
-		var err error
-		if toks, err = w.promptTokens(body.Prompt); err != nil {
+		if toks, err = w.promptTokensRaw(body.Prompt, raw); err != nil {
 			apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
 			return
 		}

@@ -263,3 +263,53 @@ func TestClientDisconnectAbortsTheRequest(t *testing.T) {
 		t.Errorf("free blocks %d after abort, want 64", s.FreeBlocks)
 	}
 }
+
+func TestTextTokensHook(t *testing.T) {
+	p := testProfile()
+	p.StepOverhead, p.PrefillPerToken, p.DecodePerSeq = 1000000, 1000, 1000
+	var calls []bool
+	var mu sync.Mutex
+	w, err := NewWorker(WorkerOptions{Profile: p, Model: "m", TextTokens: func(chat bool, body []byte) ([]uint32, error) {
+		mu.Lock()
+		calls = append(calls, chat)
+		mu.Unlock()
+		if strings.Contains(string(body), "fail") {
+			return nil, errBadPrompt
+		}
+		return []uint32{7, 8, 9, 10}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Runner.Run(ctx)
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	for _, c := range []struct {
+		path, body string
+		status     int
+		prompt     float64
+	}{
+		{"/v1/completions", `{"prompt":"any text","max_tokens":1}`, 200, 4},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":1}`, 200, 4},
+		{"/v1/completions", `{"prompt":[1,2],"max_tokens":1}`, 200, 2}, // token ids bypass the hook
+		{"/v1/completions", `{"prompt":"fail","max_tokens":1}`, 400, 0},
+	} {
+		resp := post(t, srv.URL+c.path, c.body)
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Fatalf("%s %s: status %d", c.path, c.body, resp.StatusCode)
+		}
+		if c.status == 200 && out["usage"].(map[string]any)["prompt_tokens"].(float64) != c.prompt {
+			t.Errorf("%s: usage %v", c.body, out["usage"])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 3 || calls[0] || !calls[1] {
+		t.Errorf("hook calls %v, want [false true false]", calls)
+	}
+}

@@ -48,6 +48,7 @@ func run(args []string) error {
 	blocks := fs.Int("num-gpu-blocks", 0, "override the profile's KV capacity in blocks")
 	maxSeqs := fs.Int("max-num-seqs", 0, "override max_num_seqs")
 	maxBatch := fs.Int("max-num-batched-tokens", 0, "override max_num_batched_tokens")
+	tokDir := fs.String("tokenizer", "", "directory with tokenizer.json (+ chat template), e.g. .cache/tokenizers/gemma3 from scripts/fetch-tokenizers.sh; default: the stand-in tokenizer (one token per word, t123 = token 123)")
 	defMax := fs.Int("default-max-tokens", 16, "max_tokens when a request sets none")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,6 +75,12 @@ func run(args []string) error {
 		return fmt.Errorf("--kv-format must be map or array, got %q", *kvFormat)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var textTokens func(bool, []byte) ([]uint32, error)
+	if *tokDir != "" {
+		if textTokens, err = realTokens(*tokDir, cmpOr(*model, prof.Model)); err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -86,7 +93,7 @@ func run(args []string) error {
 		}
 	}()
 	for i := 0; i < *n; i++ {
-		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax}
+		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens}
 		if *seed != 0 {
 			opt.Seed = *seed + uint64(i)
 		}
