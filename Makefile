@@ -34,9 +34,14 @@ tokenizer-goldens:
 test-short:
 	$(GO) test -short ./...
 
+# 3 simulated L40S workers + kvroute proxy + a shared-prefix workload through kvroute,
+# random and round robin (scripts/demo.sh; under 3 minutes, loopback only).
 demo: build
-	@echo "make demo: the simulator issue completes the demo; starting kvroute --help for now"
-	$(BIN)/kvroute help
+	@scripts/demo.sh
+
+# Virtual-time comparison of kvroute and every baseline policy (BENCHMARKS.md).
+bench: build
+	@scripts/bench.sh
 
 clean:
 	rm -rf $(BIN) .cache

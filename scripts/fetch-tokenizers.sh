@@ -49,6 +49,8 @@ for f in "${todo[@]}"; do
   done
   mkdir -p "$dest/$f"
   for file in tokenizer.json tokenizer_config.json special_tokens_map.json chat_template.jinja chat_template.json; do
-    [ -s "$src/$file" ] && cp "$src/$file" "$dest/$f/$file.tmp" && mv "$dest/$f/$file.tmp" "$dest/$f/$file"
+    if [ -s "$src/$file" ]; then
+      cp "$src/$file" "$dest/$f/$file.tmp" && mv "$dest/$f/$file.tmp" "$dest/$f/$file"
+    fi
   done
 done

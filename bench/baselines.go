@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"math/rand/v2"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// clientPolicies are the baselines kvbench can apply itself: client-side routing over
+// HTTP, and a fallback for virtual runs when the scoring package does not (yet) have a
+// policy of that name.
+var clientPolicies = []string{"random", "round_robin"}
+
+// newPolicy returns scoring's policy of that name, or bench's own random/round_robin.
+func newPolicy(name string, r *rand.Rand) (scoring.Policy, error) {
+	p, err := scoring.New(name, scoring.Options{Rand: r})
+	if err == nil {
+		return p, nil
+	}
+	switch name {
+	case "random":
+		return &randomPolicy{r: r}, nil
+	case "round_robin":
+		return &rrPolicy{}, nil
+	}
+	return nil, err
+}
+
+// PolicyNames returns scoring.PolicyNames plus bench's own baselines missing from it.
+func PolicyNames() []string {
+	out := append([]string(nil), scoring.PolicyNames...)
+	for _, c := range clientPolicies {
+		found := false
+		for _, n := range out {
+			found = found || n == c
+		}
+		if !found {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// randomPolicy picks uniformly at random (a Kubernetes Service with one pod per
+// connection behaves like this).
+type randomPolicy struct{ r *rand.Rand }
+
+func (p *randomPolicy) Name() string { return "random" }
+func (p *randomPolicy) Pick(_ *scoring.Input, c []scoring.Candidate) scoring.Decision {
+	return scoring.Decision{Index: p.r.IntN(len(c)), Reason: scoring.ReasonPolicy}
+}
+
+// rrPolicy cycles through the candidates.
+type rrPolicy struct{ n int }
+
+func (p *rrPolicy) Name() string { return "round_robin" }
+func (p *rrPolicy) Pick(_ *scoring.Input, c []scoring.Candidate) scoring.Decision {
+	p.n++
+	return scoring.Decision{Index: (p.n - 1) % len(c), Reason: scoring.ReasonPolicy}
+}

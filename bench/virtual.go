@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/response"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/sim"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// VirtualOptions configures a virtual-time cluster run: N simulated engines behind
+// kvroute's router core (in process), everything on one discrete-event clock.
+type VirtualOptions struct {
+	Workers int
+	Profile sim.Profile
+	Policy  string // a scoring.PolicyNames entry (or bench's own random/round_robin)
+	// PolicyImpl, when set, is used instead of looking Policy up by name.
+	PolicyImpl scoring.Policy
+	Arrivals   Arrivals
+	Seed       uint64
+	// EventLag delays KV events from an engine to the index (ZMQ + decode latency).
+	EventLag time.Duration
+	// SpeculativeTTL of the index (kvroute's index.speculative_ttl); 0 means 30 s.
+	SpeculativeTTL time.Duration
+	// ScrapeInterval of the workers' /metrics load view; 0 means 1 s.
+	ScrapeInterval time.Duration
+	// NewFeeder builds the index feeder; nil means StoreFeeder.
+	NewFeeder func(ix *kvindex.Index, seed kvindex.Key) IndexFeeder
+	// Progress, when set, is called after each completed request.
+	Progress func(done, total int)
+}
+
+// virtualStart is the virtual epoch (any fixed instant works; fixed for reproducibility).
+var virtualStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// WorkerNames returns the names virtual runs give their workers.
+func WorkerNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("w%02d", i)
+	}
+	return out
+}
+
+// RunVirtual replays w on a virtual cluster and returns one Result per item.
+func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
+	if o.Workers <= 0 {
+		return nil, fmt.Errorf("bench: virtual cluster needs at least one worker")
+	}
+	if o.SpeculativeTTL == 0 {
+		o.SpeculativeTTL = 30 * time.Second
+	}
+	if o.ScrapeInterval <= 0 {
+		o.ScrapeInterval = time.Second
+	}
+	prof := o.Profile
+	clock := sim.NewClock(virtualStart)
+	policy := o.PolicyImpl
+	if policy == nil {
+		var err error
+		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c))); err != nil {
+			return nil, err
+		}
+	}
+	reg := workers.NewRegistry()
+	names := WorkerNames(o.Workers)
+	var ws []*workers.Worker
+	for i, n := range names {
+		ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{prof.Model},
+			Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond(), DecodeTokensPerSecond: prof.DecodeTokensPerSecond(),
+				Overhead: prof.StepOverhead, BlockCapacity: prof.NumBlocks}})
+	}
+	reg.Set(ws)
+	ix := kvindex.New(kvindex.Options{SpeculativeTTL: o.SpeculativeTTL, Now: clock.Now})
+	nsSeed := kvindex.Namespace{Model: prof.Model}.Seed()
+	var feeder IndexFeeder
+	if o.NewFeeder != nil {
+		feeder = o.NewFeeder(ix, nsSeed)
+	} else {
+		feeder = &StoreFeeder{Index: ix, Seed: nsSeed}
+	}
+	rt := router.New(router.Options{Registry: reg, Index: ix, Policy: policy, Now: clock.Now,
+		Models: []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
+
+	results := make([]Result, len(w.Items))
+	remaining := len(w.Items)
+	done := 0
+	type state struct {
+		idx    int
+		ticket *router.Ticket
+		sent   time.Time
+		first  time.Time
+		chain  []int
+		pos    int
+	}
+	engines := map[string]*sim.VirtualEngine{}
+	var next func(chain []int, pos int)
+	var streamQ func() // starts the next chain in streams mode; nil otherwise
+	finish := func(st *state) {
+		remaining--
+		done++
+		if o.Progress != nil {
+			o.Progress(done, len(w.Items))
+		}
+		if st.pos+1 < len(st.chain) {
+			nx := st.chain[st.pos+1]
+			clock.After(w.Items[nx].Think, func() { next(st.chain, st.pos+1) })
+		} else if streamQ != nil {
+			streamQ()
+		}
+	}
+	for i, n := range names {
+		eng, err := sim.NewEngine(prof, uint64(i+1)*0x9e3779b97f4a7c15^o.Seed)
+		if err != nil {
+			return nil, err
+		}
+		name := n
+		onOut := func(out sim.Output) {
+			st := out.Req.Tag.(*state)
+			now := clock.Now()
+			r := &results[st.idx]
+			if out.First {
+				st.first = now
+				r.TTFT = now.Sub(st.sent)
+				r.CachedTokens = out.CachedTokens
+				st.ticket.FirstToken(now)
+			}
+			if out.Finished {
+				r.E2E = now.Sub(st.sent)
+				r.OutputTokens = out.Generated
+				if out.Generated > 1 {
+					r.ITL = now.Sub(st.first) / time.Duration(out.Generated-1)
+				}
+				st.ticket.Done(200, response.Usage{PromptTokens: r.PromptTokens, CompletionTokens: out.Generated, CachedTokens: out.CachedTokens, Present: true}, now)
+				finish(st)
+			}
+		}
+		onBatch := func(b sim.Batch) {
+			if o.EventLag <= 0 {
+				feeder.Apply(name, b)
+				return
+			}
+			clock.After(o.EventLag, func() { feeder.Apply(name, b) })
+		}
+		engines[n] = sim.NewVirtualEngine(eng, clock, onOut, onBatch)
+	}
+
+	ctx := context.Background()
+	next = func(chain []int, pos int) {
+		i := chain[pos]
+		it := &w.Items[i]
+		toks := it.EngineTokens()
+		now := clock.Now()
+		r := &results[i]
+		*r = Result{Index: i, Start: now.Sub(virtualStart), PromptTokens: len(toks)}
+		st := &state{idx: i, sent: now, chain: chain, pos: pos}
+		req := &request.Request{API: request.APICompletions, Model: prof.Model, PromptTokenIDs: [][]uint32{toks}, MaxTokens: it.MaxTokens, Stream: true}
+		t, err := rt.Pick(ctx, req, router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)})
+		if err != nil {
+			r.Err = err.Error()
+			finish(st)
+			return
+		}
+		st.ticket = t
+		r.Worker = t.Worker
+		r.Predicted = t.Predicted.TTFT
+		if err := engines[t.Worker].Submit(&sim.Request{ID: fmt.Sprintf("req-%d", i), Prompt: toks, MaxTokens: it.MaxTokens, Tag: st}); err != nil {
+			t.Abort()
+			r.Err = err.Error()
+			finish(st)
+		}
+	}
+	cs := chains(w)
+	if o.Arrivals.Kind == "streams" {
+		k := 0
+		streamQ = func() {
+			if k < len(cs) {
+				c := cs[k]
+				k++
+				clock.After(0, func() { next(c, 0) })
+			}
+		}
+		for s := 0; s < o.Arrivals.Streams; s++ {
+			streamQ()
+		}
+	} else {
+		for _, c := range cs {
+			c := c
+			clock.At(virtualStart.Add(w.Items[c[0]].At), func() { next(c, 0) })
+		}
+	}
+	var scrape func()
+	scrape = func() {
+		for _, n := range names {
+			s := engines[n].Engine.Stats()
+			reg.SetLoad(n, workers.Load{Waiting: float64(s.Waiting), Running: float64(s.Running), KVUsage: s.KVUsage, ScrapedAt: clock.Now()})
+		}
+		if remaining > 0 {
+			clock.After(o.ScrapeInterval, scrape)
+		}
+	}
+	scrape()
+	clock.Run()
+	return results, nil
+}

@@ -1,0 +1,307 @@
+// Command kvbench runs a workload (shared prefix, multi-turn, Mooncake trace replay)
+// against OpenAI endpoints over HTTP, or against a virtual-time cluster of simulated
+// vLLM engines behind kvroute's router core with every scoring policy, and reports
+// TTFT/E2E percentiles, goodput, cache hits against their bound, load spread and
+// prediction error as a table, JSON and SVG plots.
+//
+//	kvbench --workload shared-prefix --sweep poisson:0.5,1,2          # virtual time, all policies
+//	kvbench --http kvroute=http://127.0.0.1:9000 \
+//	        --http random=random:http://127.0.0.1:8001,http://127.0.0.1:8002 --arrivals poisson:1
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvroute/kvroute/bench"
+	"github.com/kvroute/kvroute/sim"
+)
+
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, " ") }
+func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kvbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("kvbench", flag.ContinueOnError)
+	workload := fs.String("workload", "shared-prefix", "shared-prefix, multi-turn or trace")
+	seed := fs.Uint64("seed", 1, "seed of the workload, arrivals and policies")
+	requests := fs.Int("requests", 300, "shared-prefix: requests")
+	prefixes := fs.Int("prefixes", 8, "shared-prefix: K prefixes")
+	prefixTok := fs.Int("prefix-tokens", 6000, "shared-prefix: P tokens per prefix (system message)")
+	suffixTok := fs.Int("suffix-tokens", 200, "shared-prefix: S unique user tokens")
+	skew := fs.Float64("prefix-skew", 0, "shared-prefix: Zipf exponent (> 1) for prefix popularity; 0 uniform")
+	outputTok := fs.Int("output-tokens", 64, "output tokens per request (ignore_eos)")
+	convs := fs.Int("conversations", 40, "multi-turn: conversations")
+	turns := fs.Int("turns", 6, "multi-turn: turns per conversation")
+	sysTok := fs.Int("system-tokens", 1000, "multi-turn: shared system prompt tokens")
+	userTok := fs.Int("user-tokens", 300, "multi-turn: user tokens per turn")
+	think := fs.Duration("think", 2*time.Second, "multi-turn: pause between a reply and the next turn")
+	tracePath := fs.String("trace", "", "trace: Mooncake-format JSONL file")
+	speed := fs.Float64("speed", 1, "trace: time compression factor")
+	limit := fs.Int("limit", 0, "trace: first N requests (0 all)")
+	maxDur := fs.Duration("max-duration", 0, "trace: drop arrivals after this (0 none)")
+	arrivals := fs.String("arrivals", "poisson:1", "constant:R, poisson:R, streams:N or trace")
+	sweep := fs.String("sweep", "", "several loads, e.g. poisson:0.5,1,2 or streams:4,16 (overrides --arrivals)")
+	var targets multi
+	fs.Var(&targets, "http", "HTTP target NAME=URL or NAME=random:URL,URL / NAME=round_robin:URL,URL (repeatable); none → virtual time")
+	api := fs.String("api", "tokens", "HTTP: tokens (/v1/completions with token ids) or chat (/v1/chat/completions, stand-in text)")
+	model := fs.String("model", "", "HTTP: model field (default: the profile's model)")
+	resetURLs := fs.String("reset", "", "HTTP: comma-separated worker base URLs to POST /reset_prefix_cache before each target (cold caches for every policy)")
+	workerMetrics := fs.String("worker-metrics", "", "HTTP: comma-separated worker /metrics URLs for per-worker load spread")
+	nworkers := fs.Int("workers", 3, "virtual: workers")
+	profile := fs.String("profile", "l40s-27b", fmt.Sprintf("virtual: engine profile %v", sim.ProfileNames()))
+	numBlocks := fs.Int("num-gpu-blocks", 0, "virtual: override the profile's KV capacity in blocks")
+	policies := fs.String("policies", "all", "virtual: comma-separated scoring policies, or all")
+	lag := fs.Duration("event-lag", 5*time.Millisecond, "virtual: KV event delay from engine to index")
+	slo := fs.Duration("slo", 8*time.Second, "TTFT objective for goodput")
+	out := fs.String("out", "bench-out", "directory for report.json and SVG plots")
+	progress := fs.String("progress", "auto", "progress bar on stderr: auto (terminal only), always, never")
+	keep := fs.Bool("keep-results", false, "include per-request results in report.json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	prof, err := sim.LookupProfile(*profile)
+	if err != nil {
+		return err
+	}
+	if *model == "" {
+		*model = prof.Model
+	}
+	if *numBlocks > 0 {
+		prof.NumBlocks = *numBlocks
+	}
+	var w *bench.Workload
+	switch *workload {
+	case "shared-prefix":
+		w = bench.SharedPrefix(bench.SharedPrefixOptions{Prefixes: *prefixes, PrefixTokens: *prefixTok, SuffixTokens: *suffixTok,
+			OutputTokens: *outputTok, Requests: *requests, Skew: *skew, Seed: *seed})
+	case "multi-turn":
+		w = bench.MultiTurn(bench.MultiTurnOptions{Conversations: *convs, Turns: *turns, SystemTokens: *sysTok, UserTokens: *userTok,
+			OutputTokens: *outputTok, Think: *think, Seed: *seed})
+	case "trace":
+		if *tracePath == "" {
+			return errors.New("--workload trace needs --trace FILE")
+		}
+		f, err := os.Open(*tracePath)
+		if err != nil {
+			return err
+		}
+		w, err = bench.ParseMooncake(f, bench.TraceOptions{Limit: *limit, Speed: *speed, MaxDuration: *maxDur})
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(*sweep, ":") && *arrivals == "poisson:1" {
+			*arrivals = "trace"
+		}
+	default:
+		return fmt.Errorf("unknown --workload %q", *workload)
+	}
+	var arrs []bench.Arrivals
+	if *sweep != "" {
+		kind, list, ok := strings.Cut(*sweep, ":")
+		if !ok {
+			return fmt.Errorf("--sweep %q: want KIND:V1,V2,...", *sweep)
+		}
+		for _, v := range strings.Split(list, ",") {
+			a, err := bench.ParseArrivals(kind+":"+v, *seed)
+			if err != nil {
+				return err
+			}
+			arrs = append(arrs, a)
+		}
+	} else {
+		a, err := bench.ParseArrivals(*arrivals, *seed)
+		if err != nil {
+			return err
+		}
+		arrs = append(arrs, a)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bar := bench.NewProgress(os.Stderr, *progress)
+	rep := &bench.Report{Workload: w.Name, Params: map[string]string{"seed": strconv.FormatUint(*seed, 10), "slo": slo.String(), "args": strings.Join(args, " ")}}
+	var points []bench.LoadPoint
+	var groups [][]bench.Summary
+	if len(targets) == 0 {
+		rep.Target = "virtual"
+		rep.Params["profile"], rep.Params["workers"] = prof.Name, strconv.Itoa(*nworkers)
+		names := bench.PolicyNames()
+		if *policies != "all" {
+			names = strings.Split(*policies, ",")
+		}
+		for _, a := range arrs {
+			wl := a.Apply(w)
+			bound := bench.HitBound(wl, prof.BlockSize)
+			pooled := bench.HitBoundLRU(wl, prof.BlockSize, *nworkers*prof.NumBlocks)
+			var g []bench.Summary
+			for _, p := range names {
+				bar.Start(fmt.Sprintf("%s %s", a, p))
+				rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: *seed,
+					EventLag: *lag, Progress: bar.Update})
+				if err != nil {
+					return err
+				}
+				s := bench.Summarize(p, a.String(), rs, *slo, bound, bench.WorkerNames(*nworkers))
+				s.HitPooled = pooled
+				g = append(g, s)
+				points = append(points, bench.LoadPoint{Load: a.Rate, S: s})
+			}
+			groups = append(groups, g)
+		}
+	} else {
+		rep.Target = "http"
+		var ts []bench.HTTPTarget
+		for _, s := range targets {
+			t, err := bench.ParseTarget(s)
+			if err != nil {
+				return err
+			}
+			ts = append(ts, t)
+		}
+		var wm []string
+		if *workerMetrics != "" {
+			wm = strings.Split(*workerMetrics, ",")
+		}
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}}
+		for _, a := range arrs {
+			wl := a.Apply(w)
+			bound := bench.HitBound(wl, prof.BlockSize)
+			var g []bench.Summary
+			for _, t := range ts {
+				if *resetURLs != "" {
+					if err := resetCaches(ctx, client, strings.Split(*resetURLs, ",")); err != nil {
+						return err
+					}
+				}
+				before := scrape(ctx, client, wm)
+				bar.Start(fmt.Sprintf("%s %s", a, t.Name))
+				rs := bench.RunHTTP(ctx, wl, t, bench.HTTPOptions{Arrivals: a, Model: *model, API: *api, Client: client, Seed: *seed, Progress: bar.Update})
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s := bench.Summarize(t.Name, a.String(), rs, *slo, bound, t.URLs)
+				if t.Route == "" {
+					s.PerWorker = nil
+					s.LoadCV = 0
+					if len(wm) > 0 {
+						after := scrape(ctx, client, wm)
+						s.PerWorker = map[string]int{}
+						for i, u := range wm {
+							s.PerWorker[u] = int(after[i] - before[i])
+						}
+						s.LoadCV = bench.CV(s.PerWorker)
+					}
+				}
+				g = append(g, s)
+				points = append(points, bench.LoadPoint{Load: a.Rate, S: s})
+			}
+			groups = append(groups, g)
+		}
+	}
+	for _, g := range groups {
+		rep.Summaries = append(rep.Summaries, g...)
+	}
+	fmt.Printf("workload %s (%d requests), target %s, SLO TTFT ≤ %s\n", w.Name, len(w.Items), rep.Target, slo)
+	rep.WriteTable(os.Stdout)
+	if err := rep.WriteJSON(filepath.Join(*out, "report.json"), *keep); err != nil {
+		return err
+	}
+	var files []string
+	for _, g := range groups {
+		name := "ttft_cdf_" + strings.NewReplacer(":", "_", ".", "p").Replace(g[0].Arrivals) + ".svg"
+		if err := writeSVG(filepath.Join(*out, name), func(f *os.File) {
+			bench.WriteCDF(f, fmt.Sprintf("TTFT CDF, %s, %s", w.Name, g[0].Arrivals), g)
+		}); err != nil {
+			return err
+		}
+		files = append(files, name)
+	}
+	if len(arrs) > 1 && arrs[0].Rate > 0 {
+		if err := writeSVG(filepath.Join(*out, "ttft_vs_load.svg"), func(f *os.File) {
+			bench.WriteTTFTvsLoad(f, fmt.Sprintf("p90 TTFT vs offered load, %s", w.Name), points)
+		}); err != nil {
+			return err
+		}
+		files = append(files, "ttft_vs_load.svg")
+	}
+	fmt.Printf("report: %s; plots: %s\n", filepath.Join(*out, "report.json"), strings.Join(prefixAll(*out, files), " "))
+	return nil
+}
+
+func prefixAll(dir string, fs []string) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = filepath.Join(dir, f)
+	}
+	return out
+}
+
+func writeSVG(path string, f func(*os.File)) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	f(fh)
+	return fh.Close()
+}
+
+func scrape(ctx context.Context, c *http.Client, urls []string) []float64 {
+	out := make([]float64, len(urls))
+	for i, u := range urls {
+		out[i], _ = bench.ScrapeCounter(ctx, c, u, "vllm:request_success_total")
+	}
+	return out
+}
+
+// resetCaches empties every worker's prefix cache (vLLM POST /reset_prefix_cache),
+// retrying while the worker still finishes requests of the previous target.
+func resetCaches(ctx context.Context, c *http.Client, urls []string) error {
+	for _, u := range urls {
+		var last string
+		ok := false
+		for try := 0; try < 50 && !ok; try++ {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(u, "/")+"/reset_prefix_cache", nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				last = err.Error()
+			} else {
+				resp.Body.Close()
+				ok = resp.StatusCode == http.StatusOK
+				last = resp.Status
+			}
+			if !ok {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
+		if !ok {
+			return fmt.Errorf("reset prefix cache of %s: %s", u, last)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package sim
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// RunnerOptions configures a real-time Runner.
+type RunnerOptions struct {
+	// OnBatch receives each step's KV events when the step ends (e.g. Publisher.Publish).
+	OnBatch func(Batch)
+	DPRank  int
+	Now     func() time.Time // nil: time.Now
+}
+
+// Runner drives an Engine in real time: each step sleeps its modelled duration, then
+// its tokens are delivered and its events published. Safe for concurrent use.
+type Runner struct {
+	opt     RunnerOptions
+	mu      sync.Mutex // guards eng and streams
+	eng     *Engine
+	streams map[*Request]chan Output
+	wake    chan struct{}
+}
+
+// NewRunner returns a Runner; call Run to start it.
+func NewRunner(eng *Engine, opt RunnerOptions) *Runner {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	return &Runner{opt: opt, eng: eng, streams: map[*Request]chan Output{}, wake: make(chan struct{}, 1)}
+}
+
+// Submit queues r. The returned channel receives every Output of r and is closed after
+// the Finished one (or after Cancel). It never blocks the engine.
+func (r *Runner) Submit(req *Request) (<-chan Output, error) {
+	ch := make(chan Output, req.MaxTokens+2)
+	r.mu.Lock()
+	err := r.eng.Add(req)
+	if err == nil {
+		r.streams[req] = ch
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return ch, nil
+}
+
+// Cancel aborts req (client went away) and closes its channel.
+func (r *Runner) Cancel(req *Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.eng.Abort(req)
+	if ch, ok := r.streams[req]; ok {
+		delete(r.streams, req)
+		close(ch)
+	}
+}
+
+// Stats returns the engine's statistics.
+func (r *Runner) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.eng.Stats()
+}
+
+// ResetPrefixCache resets the engine's prefix cache and publishes AllBlocksCleared.
+func (r *Runner) ResetPrefixCache() bool {
+	r.mu.Lock()
+	ok := r.eng.ResetPrefixCache()
+	ev := r.eng.TakeEvents()
+	r.mu.Unlock()
+	r.publish(ev)
+	return ok
+}
+
+func (r *Runner) publish(ev []Event) {
+	if len(ev) > 0 && r.opt.OnBatch != nil {
+		r.opt.OnBatch(Batch{TS: float64(r.opt.Now().UnixNano()) / 1e9, Events: ev, DPRank: r.opt.DPRank})
+	}
+}
+
+// Run steps the engine until ctx is cancelled.
+func (r *Runner) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		start := time.Now()
+		r.mu.Lock()
+		d, outs, ev, ok := r.eng.Step()
+		r.mu.Unlock()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.wake:
+			}
+			continue
+		}
+		if wait := d - time.Since(start); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		}
+		r.publish(ev)
+		r.mu.Lock()
+		for _, o := range outs {
+			ch, ok := r.streams[o.Req]
+			if !ok {
+				continue
+			}
+			ch <- o
+			if o.Finished {
+				delete(r.streams, o.Req)
+				close(ch)
+			}
+		}
+		r.mu.Unlock()
+	}
+}
