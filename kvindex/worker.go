@@ -287,8 +287,10 @@ func (ix *Index) Speculate(name string, keys []Key) {
 	ix.afterWrite()
 }
 
-// Store records confirmed blocks for worker as if a BlockStored event had announced
-// keys with engine hashes equal to the keys themselves (tests, simple integrations).
+// Store records confirmed blocks for worker in tier as if a BlockStored event had
+// announced keys with engine hashes equal to the keys themselves (tests, simple
+// integrations). It is idempotent: storing a held key again changes nothing (callers
+// that need vLLM's reference counts use ApplyPayload/ApplyBatch).
 func (ix *Index) Store(name string, tier Tier, keys []Key) {
 	w := ix.worker(name)
 	if w == nil {
@@ -299,6 +301,9 @@ func (ix *Index) Store(name string, tier Tier, keys []Key) {
 	r := w.rank(0)
 	now := ix.tick()
 	for _, k := range keys {
+		if _, e := r.slot(uint64(k)); e.refs[tier] > 0 {
+			continue // Store is idempotent: presence, not a reference count
+		}
 		ix.storeLocked(w, r, uint64(k), k, tier, now)
 	}
 	w.batches++
@@ -307,7 +312,7 @@ func (ix *Index) Store(name string, tier Tier, keys []Key) {
 	ix.afterWrite()
 }
 
-// Remove forgets keys stored with Store for worker.
+// Remove forgets keys stored with Store for worker (every tier).
 func (ix *Index) Remove(name string, keys []Key) {
 	w := ix.worker(name)
 	if w == nil {
@@ -316,7 +321,9 @@ func (ix *Index) Remove(name string, keys []Key) {
 	w.mu.Lock()
 	r := w.rank(0)
 	for _, k := range keys {
-		ix.removeLocked(w, r, uint64(k), TierGPU)
+		if i, e := r.slot(uint64(k)); i >= 0 {
+			ix.releaseLocked(w, r, uint64(k), e)
+		}
 	}
 	w.mu.Unlock()
 	ix.updateGauges()
