@@ -26,10 +26,15 @@ type Reply struct {
 	Details string
 }
 
+// ErrUpstream marks a failure to reach or read the chosen worker (connect error,
+// reset before response headers). Fronts wrap it; ErrorReply answers 502.
+var ErrUpstream = errors.New("upstream worker unavailable")
+
 // ErrorReply maps any error of a request's journey to its reply, in one place:
 //
 //   - *request.Error (malformed body, 413 body too large): its 4xx and type;
 //   - *Error from Pick: 404 unknown model, 503 no healthy worker, 429 shed with Retry-After;
+//   - ErrUpstream: 502 upstream_error;
 //   - context.Canceled / DeadlineExceeded (the client or Envoy went away): 503;
 //   - anything else: 500 internal_error.
 func ErrorReply(err error) Reply {
@@ -56,6 +61,8 @@ func ErrorReply(err error) Reply {
 		default:
 			details = "kvroute_no_healthy_worker"
 		}
+	} else if errors.Is(err, ErrUpstream) {
+		status, typ, msg, details = http.StatusBadGateway, "upstream_error", "the chosen worker could not be reached: "+err.Error(), "kvroute_upstream_error"
 	} else if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		status, typ, msg, details = http.StatusServiceUnavailable, "service_unavailable", "request cancelled while routing", "kvroute_cancelled"
 	} else {
