@@ -19,6 +19,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -261,6 +262,11 @@ func (x *exchange) localReply(lr *localReply) {
 func (x *exchange) failure(err error) *localReply {
 	if err == errClosedOK {
 		return nil
+	}
+	if errors.Is(err, errMutation) {
+		// Invalid mutations are 500 even with failure_mode_allow (§3.7).
+		x.side.done = true
+		return &localReply{status: 500, body: "ext_proc error", details: strings.ReplaceAll(err.Error(), " ", "_")}
 	}
 	if x.e.cfg.FailureModeAllow && !x.duplexStarted {
 		x.side.done = true

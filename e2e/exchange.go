@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -124,7 +125,9 @@ func (x *exchange) requestPath() (*upReq, *localReply) {
 	}
 	// Headers: Envoy pauses the request until the reply (CC onHeaders).
 	if err := x.side.send(msgReqHeaders(x.hdrs, !x.hasBody)); err != nil {
-		return nil, x.failure(err)
+		if lr := x.failure(err); lr != nil {
+			return nil, lr
+		}
 	}
 	if mode == FullDuplex {
 		return x.requestFullDuplex(up)
@@ -165,7 +168,9 @@ func (x *exchange) requestBuffered(up *upReq) (*upReq, *localReply) {
 	}
 	trailers := cfg.RequestTrailers && len(x.r.Trailer) > 0
 	if err := x.side.send(msgReqBody(b, !trailers)); err != nil {
-		return nil, x.failure(err)
+		if lr := x.failure(err); lr != nil {
+			return nil, lr
+		}
 	}
 	cr, lr, ok := x.expect("request_body", cfg.MessageTimeout)
 	if lr != nil {
@@ -177,18 +182,20 @@ func (x *exchange) requestBuffered(up *upReq) (*upReq, *localReply) {
 		}
 		nb, mutated, err := mutateBody(b, cr)
 		if err != nil {
-			return nil, x.failure(err)
+			return nil, x.failure(fmt.Errorf("%w: %v", errMutation, err))
 		}
 		if mutated {
 			if cl := up.headers.get("content-length"); cl != "" && cl != strconv.Itoa(len(nb)) {
-				return nil, x.failure(errors.New("mismatch between content length and the length of the mutated body"))
+				return nil, x.failure(fmt.Errorf("%w: %s", errMutation, "mismatch between content length and the length of the mutated body"))
 			}
 			b = nb
 		}
 	}
 	if trailers {
 		if err := x.side.send(msgReqTrailers(x.r.Trailer)); err != nil {
-			return nil, x.failure(err)
+			if lr := x.failure(err); lr != nil {
+				return nil, lr
+			}
 		}
 		if _, lr, _ := x.expect("request_trailers", cfg.MessageTimeout); lr != nil {
 			return nil, lr
@@ -218,7 +225,9 @@ func (x *exchange) requestBufferedPartial(up *upReq) (*upReq, *localReply) {
 		}
 	}
 	if err := x.side.send(msgReqBody(b, ended)); err != nil {
-		return nil, x.failure(err)
+		if lr := x.failure(err); lr != nil {
+			return nil, lr
+		}
 	}
 	cr, lr, ok := x.expect("request_body", cfg.MessageTimeout)
 	if lr != nil {
@@ -229,7 +238,7 @@ func (x *exchange) requestBufferedPartial(up *upReq) (*upReq, *localReply) {
 			return nil, lr
 		}
 		if b, _, err = mutateBody(b, cr); err != nil {
-			return nil, x.failure(err)
+			return nil, x.failure(fmt.Errorf("%w: %v", errMutation, err))
 		}
 	}
 	up.headers = up.headers.del("content-length")

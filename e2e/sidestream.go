@@ -15,22 +15,22 @@ import (
 // Errors a side stream call can end with; each maps to what Envoy does (reference §5.5, §3.7).
 var (
 	errTimeout  = errors.New("ext_proc_error_per-message_timeout_exceeded") // → 504 (fail-closed)
-	errSpurious = errors.New("spurious_message")                           // → 500
-	errClosedOK = errors.New("processor closed the stream")                // → continue unmodified
+	errSpurious = errors.New("spurious_message")                            // → 500
+	errClosedOK = errors.New("processor closed the stream")                 // → continue unmodified
 )
 
 // sideStream is the ext_proc gRPC stream of one HTTP request (one stream per request,
 // never reused: envoyproxy/envoy#34400). It is opened lazily by the first send (CC
 // openStream). A receiver goroutine delivers replies in order.
 type sideStream struct {
-	e       *Envoy
-	ctx     context.Context
-	cancel  context.CancelFunc
-	stream  extprocv3.ExternalProcessor_ProcessClient
-	replies chan reply
-	sent    int // messages sent; protocol_config goes on the first only
+	e        *Envoy
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stream   extprocv3.ExternalProcessor_ProcessClient
+	replies  chan reply
+	sent     int            // messages sent; protocol_config goes on the first only
 	metadata map[string]any // dynamic metadata accepted from receiving namespaces
-	done    bool           // processing complete (immediate response, clean close)
+	done     bool           // processing complete (immediate response, clean close)
 }
 
 type reply struct {
