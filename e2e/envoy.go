@@ -180,11 +180,9 @@ func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // parses (parseInternetAddressAndPortNoThrow): hostnames and comma lists are invalid.
 func (x *exchange) destination(h headerList) (string, bool) {
 	if x.e.cfg.MetadataKey {
-		if ns, ok := x.side.metadata["envoy.lb"].(map[string]any); ok {
-			if v, ok := ns[x.e.cfg.DestinationHeader].(string); ok {
-				if ap, err := netip.ParseAddrPort(v); err == nil {
-					return ap.String(), true
-				}
+		if v, ok := x.side.meta("envoy.lb", x.e.cfg.DestinationHeader); ok {
+			if ap, err := netip.ParseAddrPort(v); err == nil {
+				return ap.String(), true
 			}
 		}
 	}
@@ -265,14 +263,14 @@ func (x *exchange) failure(err error) *localReply {
 	}
 	if errors.Is(err, errMutation) {
 		// Invalid mutations are 500 even with failure_mode_allow (§3.7).
-		x.side.done = true
+		x.side.setDone()
 		return &localReply{status: 500, body: "ext_proc error", details: strings.ReplaceAll(err.Error(), " ", "_")}
 	}
 	if x.e.cfg.FailureModeAllow && !x.duplexStarted {
-		x.side.done = true
+		x.side.setDone()
 		return nil
 	}
-	x.side.done = true
+	x.side.setDone()
 	if err == errTimeout {
 		return &localReply{status: 504, body: "ext_proc message timeout", details: errTimeout.Error()}
 	}
@@ -286,7 +284,7 @@ func (x *exchange) failure(err error) *localReply {
 // below 200 → 200; headers applied with the mutation rules; body as given; content-type
 // text/plain unless the processor set one. Processing stops.
 func (x *exchange) immediate(ir *extprocv3.ImmediateResponse) *localReply {
-	x.side.done = true
+	x.side.setDone()
 	st := int(ir.GetStatus().GetCode())
 	if st < 200 {
 		st = 200

@@ -22,7 +22,7 @@ func (x *exchange) responsePath(resp *http.Response) {
 	if mode == FullDuplex {
 		timeout = 0 // no per-message timer in FULL_DUPLEX_STREAMED, headers reply included (PS onStartProcessorCall)
 	}
-	if !cfg.SkipResponseHeaders && !x.side.done {
+	if !cfg.SkipResponseHeaders && !x.side.isDone() {
 		if err := x.side.send(msgRspHeaders(h, !hasBody)); err != nil {
 			if lr := x.failure(err); lr != nil {
 				x.localReply(lr)
@@ -47,7 +47,7 @@ func (x *exchange) responsePath(resp *http.Response) {
 		// noExternalProcess; closeGrpcStreamIfLastRespReceived).
 		x.side.close()
 	}
-	if x.side.done {
+	if x.side.isDone() {
 		mode = None
 	}
 	switch mode {
@@ -164,7 +164,7 @@ func (x *exchange) responseStreamed(resp *http.Response, h headerList) {
 }
 
 func (x *exchange) streamChunk(b []byte, eos bool) bool {
-	if !x.side.done {
+	if !x.side.isDone() {
 		if err := x.side.send(msgRspBody(b, eos)); err == nil {
 			cr, lr, ok := x.expect("response_body", x.e.cfg.MessageTimeout)
 			if lr != nil {
@@ -187,7 +187,7 @@ func (x *exchange) streamChunk(b []byte, eos bool) bool {
 }
 
 func (x *exchange) sendResponseTrailers(t http.Header) {
-	if x.side.done {
+	if x.side.isDone() {
 		return
 	}
 	if err := x.side.send(msgRspTrailers(t)); err == nil {

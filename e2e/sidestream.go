@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -28,9 +29,35 @@ type sideStream struct {
 	cancel   context.CancelFunc
 	stream   extprocv3.ExternalProcessor_ProcessClient
 	replies  chan reply
+	sendMu   sync.Mutex     // one Send at a time
+	mu       sync.Mutex     // guards the fields below (sender, receiver and handler goroutines)
 	sent     int            // messages sent; protocol_config goes on the first only
 	metadata map[string]any // dynamic metadata accepted from receiving namespaces
-	done     bool           // processing complete (immediate response, clean close)
+	done     bool           // processing complete (immediate response, error, clean close)
+}
+
+func (s *sideStream) isDone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done
+}
+
+func (s *sideStream) setDone() {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
+}
+
+// meta returns the accepted metadata value at ns/key.
+func (s *sideStream) meta(ns, key string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.metadata[ns].(map[string]any)
+	if !ok {
+		return "", false
+	}
+	v, ok := m[key].(string)
+	return v, ok
 }
 
 type reply struct {
@@ -46,6 +73,10 @@ func (e *Envoy) newSideStream(ctx context.Context) *sideStream {
 // (CC sendRequest). protocol_config rides on the first message of the stream (CC
 // encodeProtocolConfig) unless the configured Envoy predates it.
 func (s *sideStream) send(req *extprocv3.ProcessingRequest) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.done {
 		return errClosedOK
 	}
@@ -73,7 +104,36 @@ func (s *sideStream) send(req *extprocv3.ProcessingRequest) error {
 	}
 	s.sent++
 	s.e.stats.messages.Add(1)
-	return s.stream.Send(req)
+	st := s.stream
+	s.mu.Unlock()
+	err := st.Send(req)
+	if errors.Is(err, io.EOF) {
+		// Send reports io.EOF when the stream is over; the status comes from Recv.
+		err = s.finalStatus()
+	}
+	s.mu.Lock()
+	return err
+}
+
+// finalStatus drains the receiver until the stream's end: errClosedOK for a clean
+// close (OK status), else the gRPC error.
+func (s *sideStream) finalStatus() error {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case rp := <-s.replies:
+			if rp.err != nil {
+				s.setDone()
+				if errors.Is(rp.err, io.EOF) {
+					return errClosedOK
+				}
+				return rp.err
+			}
+		case <-t.C:
+			return io.EOF
+		}
+	}
 }
 
 // await waits for the next reply. timeout 0 means no per-message timer (FULL_DUPLEX:
@@ -81,7 +141,7 @@ func (s *sideStream) send(req *extprocv3.ProcessingRequest) error {
 // processing and the request continues unmodified (CC onGrpcClose); other gRPC errors
 // fail the request (CC onGrpcError).
 func (s *sideStream) await(timeout time.Duration) (*extprocv3.ProcessingResponse, error) {
-	if s.done {
+	if s.isDone() {
 		return nil, errClosedOK
 	}
 	if timeout <= 0 {
@@ -92,7 +152,7 @@ func (s *sideStream) await(timeout time.Duration) (*extprocv3.ProcessingResponse
 	select {
 	case rp := <-s.replies:
 		if rp.err != nil {
-			s.done = true
+			s.setDone()
 			if errors.Is(rp.err, io.EOF) {
 				return nil, errClosedOK
 			}
@@ -111,6 +171,8 @@ func (s *sideStream) await(timeout time.Duration) (*extprocv3.ProcessingResponse
 // acceptMetadata keeps dynamic metadata of the receiving namespaces only (CC
 // setDynamicMetadata; EP MetadataOptions): others are dropped.
 func (s *sideStream) acceptMetadata(r *extprocv3.ProcessingResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for ns, v := range r.GetDynamicMetadata().GetFields() {
 		for _, want := range s.e.cfg.ReceivingNamespaces {
 			if ns == want {
@@ -125,10 +187,17 @@ func (s *sideStream) acceptMetadata(r *extprocv3.ProcessingResponse) {
 // 1 s for the server to finish (GC close(), halfCloseAndDeleteOnRemoteClose;
 // envoyproxy/envoy#38195, PR #38661).
 func (s *sideStream) close() {
-	if s.stream == nil {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	st := s.stream
+	s.stream = nil
+	s.done = true
+	s.mu.Unlock()
+	if st == nil {
 		return
 	}
-	_ = s.stream.CloseSend()
+	_ = st.CloseSend()
 	if s.e.cfg.GracefulClose {
 		t := time.NewTimer(time.Second)
 		defer t.Stop()
@@ -145,7 +214,6 @@ func (s *sideStream) close() {
 		}
 	}
 	s.cancel()
-	s.stream = nil
 }
 
 // isCanceled reports a gRPC or context cancellation.
