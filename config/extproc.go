@@ -48,6 +48,11 @@ func defaultExtProc() ExtProc {
 		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms", RequestBodyMode: "BUFFERED", ResponseBodyMode: "STREAMED"}
 }
 
+// reservedHeaders are hop-by-hop and framing headers (RFC 9110 §7.6.1; Envoy strips or
+// owns them, CMU) and routing pseudo-headers' plain twins: kvroute never sets them.
+var reservedHeaders = map[string]bool{"connection": true, "keep-alive": true, "proxy-connection": true,
+	"transfer-encoding": true, "te": true, "trailer": true, "upgrade": true, "content-length": true, "host": true}
+
 var headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_|~-]+$`)
 
 func (e ExtProc) validate() error {
@@ -65,6 +70,15 @@ func (e ExtProc) validate() error {
 		}
 		if !headerName.MatchString(h.v) {
 			return fieldErr(h.key, "%q is not a lower-case HTTP header name", h.v)
+		}
+	}
+	for _, h := range []struct{ key, v string }{
+		{"extproc.destination_header", e.DestinationHeader},
+		{"extproc.predicted_ttft_header", e.PredictedTTFTHeader},
+		{"extproc.worker_header", e.WorkerHeader},
+	} {
+		if reservedHeaders[h.v] {
+			return fieldErr(h.key, "%q is a hop-by-hop or framing header kvroute must never set", h.v)
 		}
 	}
 	if strings.HasPrefix(e.DestinationHeader, "x-envoy-") {

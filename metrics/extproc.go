@@ -8,7 +8,7 @@ type ExtProc struct {
 	// Streams counts ext_proc streams by request body mode as Envoy announced it in
 	// protocol_config (or as configured): none, streamed, buffered, buffered_partial,
 	// full_duplex_streamed, grpc; "headers_only" when request headers had end_of_stream;
-	// "skipped" when no request headers came (header mode SKIP).
+	// "observability" in observability mode.
 	Streams *prometheus.CounterVec // mode
 	// ActiveStreams is the number of open ext_proc streams.
 	ActiveStreams prometheus.Gauge
@@ -29,7 +29,7 @@ type ExtProc struct {
 	// from the last body message to the reply). Phase labels as Messages.
 	OverheadSeconds *prometheus.HistogramVec // phase
 	// Aborts counts tickets ended by Abort, by reason: cancelled (Envoy reset the
-	// stream), closed (Envoy half-closed before completion), recv_error, panic,
+	// stream), closed (Envoy half-closed before completion), recv_error, send_error, panic,
 	// client_gone and upstream_error (proxy).
 	Aborts *prometheus.CounterVec // reason
 	// Panics counts recovered panics (ext_proc stream or proxy request).
@@ -46,7 +46,7 @@ func newExtProc(reg prometheus.Registerer) *ExtProc {
 	const sub = "extproc"
 	return &ExtProc{
 		Streams: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "streams_total", Help: "ext_proc streams by request body mode (none, streamed, buffered, buffered_partial, full_duplex_streamed, grpc, headers_only, skipped)."}, []string{"mode"})),
+			Name: "streams_total", Help: "ext_proc streams by request body mode (none, streamed, buffered, buffered_partial, full_duplex_streamed, grpc, headers_only, observability)."}, []string{"mode"})),
 		ActiveStreams: must(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "active_streams", Help: "Open ext_proc streams."})),
 		Messages: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
@@ -62,7 +62,7 @@ func newExtProc(reg prometheus.Registerer) *ExtProc {
 		OverheadSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "processing_duration_seconds", Help: "kvroute's time per ext_proc message, from receipt to reply, by phase.", Buckets: FastBuckets}, []string{"phase"})),
 		Aborts: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "aborts_total", Help: "Requests whose ticket was aborted, by reason (cancelled, closed, recv_error, panic, client_gone, upstream_error)."}, []string{"reason"})),
+			Name: "aborts_total", Help: "Requests whose ticket was aborted, by reason (cancelled, closed, recv_error, send_error, panic, client_gone, upstream_error)."}, []string{"reason"})),
 		Panics: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "panics_total", Help: "Recovered panics in the ext_proc server or the proxy."})),
 		ProxyRequests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
