@@ -18,7 +18,6 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -331,4 +330,3 @@ func (x *exchange) expect(want string, timeout time.Duration) (*extprocv3.Common
 	return cr, nil, true
 }
 
-var _ = context.Background
