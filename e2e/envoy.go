@@ -329,4 +329,3 @@ func (x *exchange) expect(want string, timeout time.Duration) (*extprocv3.Common
 	}
 	return cr, nil, true
 }
-
