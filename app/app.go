@@ -54,7 +54,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	ms := metrics.New(reg)
 	a := &App{Config: cfg, Logger: logger, Registry: workers.NewRegistry(), Metrics: ms, Gatherer: reg, ready: make(chan struct{})}
 	a.Index = kvindex.New(kvindex.Options{SpeculativeTTL: cfg.Index.SpeculativeTTL})
-	policy, err := newPolicy(cfg)
+	policy, err := newPolicy(cfg, ms, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -64,12 +64,18 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
 		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms})
+	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
+		a.Registry.Subscribe(l)
+	}
 	a.Registry.Set(staticWorkers(cfg))
 	return a, nil
 }
 
-func newPolicy(cfg *config.Config) (scoring.Policy, error) {
-	return scoring.New(cfg.Scoring.Policy, scoring.Options{PrefillTokensPerSecond: cfg.Scoring.PrefillTokensPerSecond, Overhead: cfg.Scoring.Overhead})
+func newPolicy(cfg *config.Config, ms *metrics.Set, logger *slog.Logger) (scoring.Policy, error) {
+	o := cfg.Scoring.Options()
+	o.Metrics = ms.Scoring
+	o.Logger = logger
+	return scoring.New(cfg.Scoring.Policy, o)
 }
 
 // staticWorkers converts the configured workers; a worker without models serves every
@@ -165,6 +171,12 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}()
 	}
 	goRun(func() error { a.Router.Run(ctx); return nil })
+	// scoring: poll each worker's vLLM /metrics (load for the predictor, health).
+	if sc := a.Config.Scoring.Scrape; sc.Interval > 0 {
+		scraper := workers.NewScraper(a.Registry, workers.ScrapeOptions{Interval: sc.Interval, Timeout: sc.Timeout,
+			FailuresBeforeUnhealthy: sc.FailuresBeforeUnhealthy, Metrics: a.Metrics.Scoring, Logger: a.Logger})
+		goRun(func() error { scraper.Run(ctx); return nil })
+	}
 
 	var grpcServers []*grpc.Server
 	var httpServers []*http.Server

@@ -7,29 +7,162 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// Scoring configures the TTFT predictor and the picker.
+// Scoring configures the TTFT predictor, the picker, the baselines and the vLLM
+// /metrics scraper. The meaning of each value (and of 0 where a default applies) is
+// documented on scoring.Options; the defaults are set here, once.
 type Scoring struct {
-	// Policy selects the picker: "kvroute" (predicted TTFT) or a baseline.
+	// Policy selects the picker: "kvroute" (predicted TTFT, learned) or one of
+	// scoring.PolicyNames (kvroute_static, baselines).
 	Policy string `mapstructure:"policy"`
-	// PrefillTokensPerSecond is the default prefill rate for workers without a profile.
+	// PrefillTokensPerSecond is the prior prefill rate for workers without a profile.
 	PrefillTokensPerSecond float64 `mapstructure:"prefill_tokens_per_second"`
-	// Overhead is the default fixed per-request time for workers without a profile.
+	// Overhead is the prior fixed per-request time for workers without a profile.
 	Overhead time.Duration `mapstructure:"overhead"`
+	// CPUTierTokensPerSecond / DiskTierTokensPerSecond: prior rates of bringing
+	// lower-tier cached KV back to the GPU, tokens/s.
+	CPUTierTokensPerSecond  float64 `mapstructure:"cpu_tier_tokens_per_second"`
+	DiskTierTokensPerSecond float64 `mapstructure:"disk_tier_tokens_per_second"`
+	// DecodeInterference is the prior extra step time per running sequence.
+	DecodeInterference time.Duration `mapstructure:"decode_interference"`
+	// BatchTokens is vLLM's --max-num-batched-tokens, tokens per engine step.
+	BatchTokens int `mapstructure:"batch_tokens"`
+	// ForeignRequestTokens is the prior size of a waiting request kvroute did not route.
+	ForeignRequestTokens int `mapstructure:"foreign_request_tokens"`
+	// LoadHalfLife: a scraped load this old counts half; negative ignores scraped load.
+	LoadHalfLife time.Duration `mapstructure:"load_half_life"`
+	// TieMargin (relative) and TieMarginMin (absolute) define near-ties.
+	TieMargin    float64       `mapstructure:"tie_margin"`
+	TieMarginMin time.Duration `mapstructure:"tie_margin_min"`
+	// MaxTTFT sheds (429) requests whose best prediction exceeds it; 0 disables.
+	MaxTTFT time.Duration `mapstructure:"max_ttft"`
+	// ShedOnSLOMiss sheds requests whose x-slo-ttft-ms no worker is predicted to meet.
+	ShedOnSLOMiss bool `mapstructure:"shed_on_slo_miss"`
+	// RetryAfterMax caps Retry-After of shed requests.
+	RetryAfterMax time.Duration `mapstructure:"retry_after_max"`
+	// Forgetting (RLS λ in (0,1]), ClampFactor (> 1) and ResidualClip (> 0) bound learning.
+	Forgetting   float64 `mapstructure:"forgetting"`
+	ClampFactor  float64 `mapstructure:"clamp_factor"`
+	ResidualClip float64 `mapstructure:"residual_clip"`
+
+	Baselines ScoringBaselines `mapstructure:"baselines"`
+	Scrape    Scrape           `mapstructure:"scrape"`
+}
+
+// ScoringBaselines tunes the comparison policies (see scoring.Baselines).
+type ScoringBaselines struct {
+	DynamoOverlapWeight float64 `mapstructure:"dynamo_overlap_weight"`
+	DynamoTemperature   float64 `mapstructure:"dynamo_temperature"`
+	SGLCacheThreshold   float64 `mapstructure:"sglang_cache_threshold"`
+	SGLBalanceAbs       float64 `mapstructure:"sglang_balance_abs_threshold"`
+	SGLBalanceRel       float64 `mapstructure:"sglang_balance_rel_threshold"`
+	SaturationQueue     float64 `mapstructure:"llmd_saturation_queue"`
+	SaturationKV        float64 `mapstructure:"llmd_saturation_kv"`
+	SaturationTokens    int     `mapstructure:"llmd_saturation_tokens"`
+	GIEBlockChars       int     `mapstructure:"gie_block_chars"`
+}
+
+// Scrape configures polling each worker's vLLM GET /metrics.
+type Scrape struct {
+	// Interval between scrapes of every worker; 0 disables scraping (no load, no
+	// scrape-based health).
+	Interval time.Duration `mapstructure:"interval"`
+	// Timeout of one scrape; 0 → min(interval, 5s).
+	Timeout time.Duration `mapstructure:"timeout"`
+	// FailuresBeforeUnhealthy consecutive failures mark a worker unhealthy.
+	FailuresBeforeUnhealthy int `mapstructure:"failures_before_unhealthy"`
 }
 
 func defaultScoring() Scoring {
-	return Scoring{Policy: "kvroute", PrefillTokensPerSecond: 5000, Overhead: 20 * time.Millisecond}
+	return Scoring{Policy: "kvroute", PrefillTokensPerSecond: 5000, Overhead: 20 * time.Millisecond,
+		CPUTierTokensPerSecond: 100000, DiskTierTokensPerSecond: 20000, DecodeInterference: 200 * time.Microsecond,
+		BatchTokens: 8192, ForeignRequestTokens: 1024, LoadHalfLife: 2 * time.Second,
+		TieMargin: 0.02, TieMarginMin: time.Millisecond, RetryAfterMax: 30 * time.Second,
+		Forgetting: 0.99, ClampFactor: 20, ResidualClip: 0.5,
+		Baselines: ScoringBaselines{DynamoOverlapWeight: 1, SGLCacheThreshold: 0.3, SGLBalanceAbs: 64, SGLBalanceRel: 1.5,
+			SaturationQueue: 5, SaturationKV: 0.8, SaturationTokens: 32768, GIEBlockChars: 64},
+		Scrape: Scrape{Interval: time.Second, FailuresBeforeUnhealthy: 3},
+	}
+}
+
+// Options converts the section to scoring.Options (Rand and Metrics are the caller's).
+func (s Scoring) Options() scoring.Options {
+	dyn := s.Baselines.DynamoOverlapWeight
+	if dyn == 0 {
+		dyn = -1 // scoring: negative = weight 0 (pure load); 0 there means "default"
+	}
+	return scoring.Options{PrefillTokensPerSecond: s.PrefillTokensPerSecond, Overhead: s.Overhead,
+		CPUTierTokensPerSecond: s.CPUTierTokensPerSecond, DiskTierTokensPerSecond: s.DiskTierTokensPerSecond,
+		DecodeInterference: s.DecodeInterference, BatchTokens: s.BatchTokens, ForeignRequestTokens: s.ForeignRequestTokens,
+		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, MaxTTFT: s.MaxTTFT,
+		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
+		ResidualClip: s.ResidualClip,
+		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
+			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
+			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,
+			GIEBlockChars: s.Baselines.GIEBlockChars},
+	}
+}
+
+// tieMargin maps the config's 0 ("exact ties only") to scoring's negative sentinel.
+func tieMargin(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 func (s Scoring) validate() error {
 	if !slices.Contains(scoring.PolicyNames, s.Policy) {
 		return fieldErr("scoring.policy", "unknown policy %q (one of %v)", s.Policy, scoring.PolicyNames)
 	}
-	if s.PrefillTokensPerSecond <= 0 {
-		return fieldErr("scoring.prefill_tokens_per_second", "must be > 0, got %g", s.PrefillTokensPerSecond)
+	pos := []struct {
+		key string
+		v   float64
+	}{
+		{"scoring.prefill_tokens_per_second", s.PrefillTokensPerSecond},
+		{"scoring.cpu_tier_tokens_per_second", s.CPUTierTokensPerSecond},
+		{"scoring.disk_tier_tokens_per_second", s.DiskTierTokensPerSecond},
+		{"scoring.batch_tokens", float64(s.BatchTokens)},
+		{"scoring.foreign_request_tokens", float64(s.ForeignRequestTokens)},
+		{"scoring.residual_clip", s.ResidualClip},
 	}
-	if s.Overhead < 0 {
-		return fieldErr("scoring.overhead", "must be ≥ 0, got %s", s.Overhead)
+	for _, p := range pos {
+		if p.v <= 0 {
+			return fieldErr(p.key, "must be > 0, got %g", p.v)
+		}
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"scoring.overhead", s.Overhead}, {"scoring.decode_interference", s.DecodeInterference}, {"scoring.tie_margin_min", s.TieMarginMin},
+		{"scoring.max_ttft", s.MaxTTFT}, {"scoring.retry_after_max", s.RetryAfterMax}, {"scoring.scrape.interval", s.Scrape.Interval},
+		{"scoring.scrape.timeout", s.Scrape.Timeout}} {
+		if d.v < 0 {
+			return fieldErr(d.key, "must be ≥ 0, got %s", d.v)
+		}
+	}
+	if s.TieMargin < 0 || s.TieMargin > 1 {
+		return fieldErr("scoring.tie_margin", "must be in [0, 1] (a fraction of the best prediction), got %g", s.TieMargin)
+	}
+	if s.Forgetting <= 0 || s.Forgetting > 1 {
+		return fieldErr("scoring.forgetting", "must be in (0, 1], got %g", s.Forgetting)
+	}
+	if s.ClampFactor <= 1 {
+		return fieldErr("scoring.clamp_factor", "must be > 1, got %g", s.ClampFactor)
+	}
+	if s.Scrape.FailuresBeforeUnhealthy < 1 {
+		return fieldErr("scoring.scrape.failures_before_unhealthy", "must be ≥ 1, got %d", s.Scrape.FailuresBeforeUnhealthy)
+	}
+	if s.Scrape.Interval > 0 && s.Scrape.Timeout > s.Scrape.Interval {
+		return fieldErr("scoring.scrape.timeout", "must be ≤ scoring.scrape.interval (%s), got %s", s.Scrape.Interval, s.Scrape.Timeout)
+	}
+	b := s.Baselines
+	if b.SGLCacheThreshold < 0 || b.SGLCacheThreshold > 1 || b.SaturationKV < 0 || b.SaturationKV > 1 {
+		return fieldErr("scoring.baselines", "ratios (sglang_cache_threshold, llmd_saturation_kv) must be in [0, 1]")
+	}
+	if b.DynamoOverlapWeight < 0 || b.DynamoTemperature < 0 || b.SGLBalanceAbs < 0 || b.SGLBalanceRel < 0 || b.SaturationQueue < 0 ||
+		b.SaturationTokens < 0 || b.GIEBlockChars < 0 {
+		return fieldErr("scoring.baselines", "values must be ≥ 0")
 	}
 	return nil
 }

@@ -213,6 +213,7 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 			cands[i].Booked = f.booked
 		}
 	}
+	in.DryRun = true // policies decide as usual but change no state and count nothing
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
 }
@@ -279,7 +280,10 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
 			if i, ok := idx[m.Worker]; ok {
 				cands[i].Cached = m
-				cands[i].CachedTokens = min(m.Blocks*md.BlockSize, max(in.PromptTokens-1, 0))
+				// vLLM's hit is block-aligned and never the whole prompt: at most
+				// ⌊(prompt−1)/block_size⌋ blocks (vllm/v1/core/kv_cache_manager.py
+				// get_computed_blocks recomputes the last token).
+				cands[i].CachedTokens = min(m.Blocks, max(in.PromptTokens-1, 0)/md.BlockSize) * md.BlockSize
 			}
 		}
 	}

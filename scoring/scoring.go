@@ -1,14 +1,6 @@
-// Package scoring predicts each worker's time to first token (TTFT) for a request and
-// picks a worker. It also holds the baseline policies used for comparison.
-//
-// The router calls Policy.Pick with its lock held, so a burst of requests is decided
-// one at a time against the bookings of those before it; policies therefore see
-// consistent in-flight state and need no lock for state touched only in Pick.
 package scoring
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/kvroute/kvroute/kvindex"
@@ -31,8 +23,8 @@ type Candidate struct {
 	Worker *workers.Worker
 	// Cached is the worker's cached leading prefix for this request (kvindex lookup).
 	Cached kvindex.Match
-	// CachedTokens = Cached.Blocks × block size, capped at PromptTokens − 1 (vLLM never
-	// serves the whole prompt from cache: the last token is always recomputed).
+	// CachedTokens = min(Cached.Blocks, ⌊(PromptTokens−1)/block size⌋) × block size: vLLM's
+	// hit is block-aligned and never the whole prompt (the last token is recomputed).
 	CachedTokens int
 	Booked       Booked
 	Load         workers.Load // the worker's own scraped view; zero ScrapedAt = unknown
@@ -51,6 +43,9 @@ type Input struct {
 	SLO          time.Duration // per-request TTFT objective (x-slo-ttft-ms); 0 none
 	Degraded     string        // why routing information is missing ("" = full information)
 	Now          time.Time
+	// DryRun is set by explain requests: the policy must decide exactly as it would, but
+	// change no state (no round-robin advance, no LRU/tree insert) and count no metrics.
+	DryRun bool
 }
 
 // Prediction is a predicted TTFT and its terms, all in seconds of wall time.
@@ -58,8 +53,12 @@ type Input struct {
 type Prediction struct {
 	TTFT     time.Duration
 	Queue    time.Duration // waiting behind prefill work and decode interference already on the worker
-	Prefill  time.Duration // prefilling this request's uncached tokens
+	Prefill  time.Duration // prefilling this request's uncached tokens (+ lower-tier transfer)
 	Overhead time.Duration // fixed per-request time
+	// Features are the model's terms under the worker's prior coefficients, in seconds
+	// (see Features); the learner regresses the observed TTFT on them. Zero for
+	// policies that do not predict.
+	Features Features
 }
 
 // Pick reasons (the values of Decision.Reason for kvroute's own policy).
@@ -102,113 +101,12 @@ type Observation struct {
 }
 
 // Learner is implemented by policies that learn from observations. Observe may be
-// called concurrently with Pick and with itself.
+// called concurrently with Pick and with itself, and must not block.
+//
+// A request whose first token was observed is reported twice: at first token (TTFT>0,
+// E2E==0) and at completion (same TTFT, E2E>0, Usage). Learners learn TTFT from the
+// first report only; the completion report carries usage (cached_tokens drift).
+// A non-streamed request is reported once, at completion, with TTFT==0.
 type Learner interface {
 	Observe(o Observation)
-}
-
-// Simple is a fixed-coefficient TTFT predictor: no learning. It is the router core's
-// built-in default until the learning predictor replaces it.
-//
-//	Queue   = (queued prefill tokens) / prefill rate  +  decoding requests × decode step share
-//	Prefill = (PromptTokens − CachedTokens) / prefill rate
-//	TTFT    = Queue + Prefill + Overhead
-type Simple struct {
-	PrefillTokensPerSecond float64 // default when a worker's profile has none
-	Overhead               time.Duration
-	Rand                   *rand.Rand
-}
-
-// Name implements Policy.
-func (s *Simple) Name() string { return "simple" }
-
-// Predict returns the prediction for one candidate.
-func (s *Simple) Predict(in *Input, c *Candidate) Prediction {
-	rate := c.Worker.Profile.PrefillTokensPerSecond
-	if rate <= 0 {
-		rate = s.PrefillTokensPerSecond
-	}
-	if rate <= 0 {
-		rate = 5000
-	}
-	over := c.Worker.Profile.Overhead
-	if over == 0 {
-		over = s.Overhead
-	}
-	queued := float64(c.Booked.PrefillTokens)
-	// A worker's own waiting queue beyond our bookings counts as average-sized prompts.
-	if extra := c.Load.Waiting - float64(c.Booked.Prefilling); extra > 0 && in.PromptTokens > 0 {
-		queued += extra * float64(in.PromptTokens)
-	}
-	q := time.Duration(queued / rate * float64(time.Second))
-	p := time.Duration(float64(max(in.PromptTokens-c.CachedTokens, 0)) / rate * float64(time.Second))
-	return Prediction{TTFT: q + p + over, Queue: q, Prefill: p, Overhead: over}
-}
-
-// Pick implements Policy: lowest predicted TTFT, near-ties (within 1%) broken by fewest
-// booked prefill tokens, then at random.
-func (s *Simple) Pick(in *Input, cands []Candidate) Decision {
-	preds := make([]Prediction, len(cands))
-	best := 0
-	for i := range cands {
-		preds[i] = s.Predict(in, &cands[i])
-		if preds[i].TTFT < preds[best].TTFT {
-			best = i
-		}
-	}
-	margin := preds[best].TTFT / 100
-	var ties []int
-	for i := range cands {
-		if preds[i].TTFT <= preds[best].TTFT+margin {
-			ties = append(ties, i)
-		}
-	}
-	reason := ReasonBest
-	if in.Degraded != "" {
-		reason = ReasonDegraded
-	}
-	if len(ties) > 1 {
-		if reason == ReasonBest {
-			reason = ReasonTie
-		}
-		least := ties[:0:0]
-		minTok := -1
-		for _, i := range ties {
-			t := cands[i].Booked.PrefillTokens + cands[i].Booked.Requests
-			switch {
-			case minTok < 0 || t < minTok:
-				minTok, least = t, append(least[:0], i)
-			case t == minTok:
-				least = append(least, i)
-			}
-		}
-		best = least[0]
-		if len(least) > 1 {
-			if s.Rand != nil {
-				best = least[s.Rand.IntN(len(least))]
-			} else {
-				best = least[rand.IntN(len(least))]
-			}
-		}
-	}
-	return Decision{Index: best, Reason: reason, Predictions: preds}
-}
-
-// Options are the settings every policy constructor receives.
-type Options struct {
-	PrefillTokensPerSecond float64       // default prefill rate for workers without a profile
-	Overhead               time.Duration // default fixed per-request time
-	Rand                   *rand.Rand    // nil: a randomly seeded source; tests and simulations inject a seeded one
-}
-
-// PolicyNames lists the names New accepts (scoring.policy values).
-var PolicyNames = []string{"kvroute"}
-
-// New returns the policy named name.
-func New(name string, o Options) (Policy, error) {
-	switch name {
-	case "kvroute":
-		return &Simple{PrefillTokensPerSecond: o.PrefillTokensPerSecond, Overhead: o.Overhead, Rand: o.Rand}, nil
-	}
-	return nil, fmt.Errorf("scoring: unknown policy %q (one of %v)", name, PolicyNames)
 }

@@ -1,0 +1,143 @@
+package app
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// ExplainPathHeader selects the API of an explained body when the "path" query
+// parameter is absent: e.g. "/v1/completions". Default: /v1/chat/completions.
+const ExplainPathHeader = "X-Kvroute-Path"
+
+// maxExplainBody bounds an explained request body.
+const maxExplainBody = 16 << 20
+
+// ExplainWorker is one candidate in the explain view; durations are in seconds.
+type ExplainWorker struct {
+	Worker          string         `json:"worker"`
+	CachedTokens    int            `json:"cached_tokens"`
+	CachedBlocks    map[string]int `json:"cached_blocks_by_tier,omitempty"`
+	Booked          scoring.Booked `json:"booked"`
+	Load            workers.Load   `json:"load"`
+	QueueSeconds    float64        `json:"queue_seconds"`
+	PrefillSeconds  float64        `json:"prefill_seconds"`
+	OverheadSeconds float64        `json:"overhead_seconds"`
+	PredictedTTFT   float64        `json:"predicted_ttft_seconds"`
+	Chosen          bool           `json:"chosen"`
+}
+
+// ExplainResponse is the body of GET /debug/explain.
+type ExplainResponse struct {
+	Policy       string          `json:"policy"`
+	Model        string          `json:"model"`
+	API          request.API     `json:"api"`
+	PromptTokens int             `json:"prompt_tokens"`
+	Tokenization string          `json:"tokenization"`
+	Degraded     string          `json:"degraded,omitempty"`
+	SLOSeconds   float64         `json:"slo_seconds,omitempty"`
+	Chosen       string          `json:"chosen,omitempty"` // "" when shed
+	Reason       string          `json:"reason"`
+	Shed         bool            `json:"shed"`
+	RetryAfter   float64         `json:"retry_after_seconds,omitempty"`
+	Workers      []ExplainWorker `json:"workers"`
+}
+
+// debugExplain answers GET /debug/explain: the body is a request as a client would send
+// it (API chosen by ?path=/v1/… or the X-Kvroute-Path header, default chat completions;
+// SLO by the configured SLO header), and the answer is what the router would decide for
+// it now, per worker, without booking, speculating or advancing any policy state.
+func (a *App) debugExplain(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Query().Get("path")
+	if path == "" {
+		path = r.Header.Get(ExplainPathHeader)
+	}
+	api := request.APIChat
+	if path != "" {
+		api = request.APIForPath(path)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxExplainBody+1))
+	if err != nil {
+		explainError(w, http.StatusBadRequest, "invalid_request_error", "cannot read body: "+err.Error())
+		return
+	}
+	if len(body) > maxExplainBody {
+		explainError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "body too large")
+		return
+	}
+	req, err := request.Parse(api, body)
+	if err != nil {
+		if e, ok := request.AsError(err); ok {
+			explainError(w, e.Status, e.Type, e.Message)
+			return
+		}
+		explainError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	opt := router.PickOptions{RequestID: "explain"}
+	if h := a.Config.ExtProc.SLOHeader; h != "" {
+		if v := r.Header.Get(h); v != "" {
+			ms, err := strconv.ParseFloat(v, 64)
+			if err != nil || ms <= 0 {
+				explainError(w, http.StatusBadRequest, "invalid_request_error", h+" must be a positive number of milliseconds")
+				return
+			}
+			opt.SLO = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	ex, err := a.Router.Explain(r.Context(), req, opt)
+	if err != nil {
+		var re *router.Error
+		if errors.As(err, &re) {
+			explainError(w, re.Status, re.Type, re.Message)
+			return
+		}
+		explainError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, explainResponse(a.Router.Policy().Name(), api, ex))
+}
+
+func explainResponse(policy string, api request.API, ex *router.Explanation) ExplainResponse {
+	d := ex.Decision
+	out := ExplainResponse{Policy: policy, Model: ex.Input.Model, API: api, PromptTokens: ex.Input.PromptTokens,
+		Tokenization: string(ex.Path), Degraded: ex.Input.Degraded, SLOSeconds: ex.Input.SLO.Seconds(),
+		Reason: d.Reason, Shed: d.Shed, RetryAfter: d.RetryAfter.Seconds(), Workers: make([]ExplainWorker, len(ex.Candidates))}
+	tiers := [...]string{kvindex.TierGPU: "gpu", kvindex.TierCPU: "cpu", kvindex.TierDisk: "disk", kvindex.TierOther: "other"}
+	for i, c := range ex.Candidates {
+		ew := ExplainWorker{Worker: c.Worker.Name, CachedTokens: c.CachedTokens, Booked: c.Booked, Load: c.Load,
+			Chosen: !d.Shed && d.Index == i}
+		for t, n := range c.Cached.ByTier {
+			if n > 0 {
+				if ew.CachedBlocks == nil {
+					ew.CachedBlocks = map[string]int{}
+				}
+				ew.CachedBlocks[tiers[t]] = n
+			}
+		}
+		if i < len(d.Predictions) {
+			p := d.Predictions[i]
+			ew.QueueSeconds, ew.PrefillSeconds, ew.OverheadSeconds, ew.PredictedTTFT =
+				p.Queue.Seconds(), p.Prefill.Seconds(), p.Overhead.Seconds(), p.TTFT.Seconds()
+		}
+		if ew.Chosen {
+			out.Chosen = c.Worker.Name
+		}
+		out.Workers[i] = ew
+	}
+	return out
+}
+
+func explainError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(request.ErrorJSON(status, typ, "", msg))
+}

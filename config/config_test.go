@@ -1,0 +1,118 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kvroute.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Default() must validate: %v", err)
+	}
+}
+
+// Precedence is flag > environment > file > default, for scalar and list keys.
+func TestPrecedence(t *testing.T) {
+	p := writeFile(t, `
+router:
+  ticket_ttl: 2m
+models: [{name: m1}]
+workers:
+  - address: 127.0.0.1:8001
+`)
+	fs := Flags("test")
+	if err := fs.Parse([]string{"--config", p, "--router.default_block_size=32"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(fs, env(map[string]string{
+		"KVROUTE_ROUTER_TICKET_TTL":         "3m",
+		"KVROUTE_ROUTER_DEFAULT_BLOCK_SIZE": "64",
+		"KVROUTE_EXTPROC_SLO_HEADER":        "x-slo",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Router.TicketTTL != 3*time.Minute {
+		t.Errorf("env must override file: ticket_ttl = %s, want 3m", c.Router.TicketTTL)
+	}
+	if c.Router.DefaultBlockSize != 32 {
+		t.Errorf("flag must override env: default_block_size = %d, want 32", c.Router.DefaultBlockSize)
+	}
+	if c.ExtProc.SLOHeader != "x-slo" || c.ExtProc.DestinationHeader != "x-gateway-destination-endpoint" {
+		t.Errorf("env value / default lost: %+v", c.ExtProc)
+	}
+	if len(c.Workers) != 1 || c.Workers[0].Address != "127.0.0.1:8001" {
+		t.Errorf("workers from file lost: %+v", c.Workers)
+	}
+}
+
+func TestListFromEnvironment(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{
+		"KVROUTE_WORKERS": `[{"address": "127.0.0.1:9001", "models": ["a"]}, {address: "127.0.0.1:9002"}]`,
+		"KVROUTE_MODELS":  `[{name: a, block_size: 32}]`,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Workers) != 2 || c.Workers[1].Address != "127.0.0.1:9002" || c.Models[0].BlockSize != 32 {
+		t.Fatalf("lists from env not applied: %+v %+v", c.Workers, c.Models)
+	}
+}
+
+// Every validation error names the key and the problem.
+func TestValidationNamesTheKey(t *testing.T) {
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown key", "router: {ticket_tll: 1m}\n", nil, "ticket_tll"},
+		{"bad duration", "", map[string]string{"KVROUTE_ROUTER_TICKET_TTL": "soon"}, "ticket_ttl"},
+		{"too small", "", map[string]string{"KVROUTE_ROUTER_TICKET_TTL": "10ms"}, "router.ticket_ttl: must be ≥ 1s"},
+		{"hostname worker", "workers: [{address: 'vllm-0:8000'}]\n", nil, "workers[0].address"},
+		{"envoy header", "", map[string]string{"KVROUTE_EXTPROC_DESTINATION_HEADER": "x-envoy-original-dst-host"}, "extproc.destination_header"},
+		{"unknown worker model", "models: [{name: a}]\nworkers: [{address: '127.0.0.1:1', models: [b]}]\n", nil, "workers[0].models[0]"},
+		{"duplicate worker", "workers: [{address: '127.0.0.1:1'}, {address: '127.0.0.1:1'}]\n", nil, "workers[1].name"},
+		{"bad list env", "", map[string]string{"KVROUTE_WORKERS": "[{"}, "workers"},
+		{"bad policy", "", map[string]string{"KVROUTE_SCORING_POLICY": "best-effort"}, "scoring.policy"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := tc.env
+			if e == nil {
+				e = map[string]string{}
+			}
+			if tc.file != "" {
+				e["KVROUTE_CONFIG"] = writeFile(t, tc.file)
+			}
+			_, err := Load(nil, env(e))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v must mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{"KVROUTE_CONFIG": "/nonexistent/kvroute.yaml"}))
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/kvroute.yaml") {
+		t.Fatalf("want an error naming the file, got %v", err)
+	}
+}

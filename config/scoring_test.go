@@ -1,0 +1,52 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+func TestScoringDefaultsValidateAndConvert(t *testing.T) {
+	s := defaultScoring()
+	if err := s.validate(); err != nil {
+		t.Fatalf("defaults must validate: %v", err)
+	}
+	o := s.Options()
+	if o.PrefillTokensPerSecond != 5000 || o.TieMargin != 0.02 || o.Forgetting != 0.99 || o.Baselines.SGLBalanceRel != 1.5 {
+		t.Fatalf("options not carried over: %+v", o)
+	}
+	for _, name := range scoring.PolicyNames {
+		s.Policy = name
+		if _, err := scoring.New(name, s.Options()); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	s = defaultScoring()
+	s.TieMargin, s.Baselines.DynamoOverlapWeight = 0, 0
+	if o := s.Options(); o.TieMargin >= 0 || o.Baselines.DynamoOverlap >= 0 {
+		t.Fatalf("config 0 must map to scoring's 'off' sentinels (negative): %+v", o)
+	}
+}
+
+func TestScoringValidationNamesTheKey(t *testing.T) {
+	for key, mut := range map[string]func(*Scoring){
+		"scoring.policy":                           func(s *Scoring) { s.Policy = "best" },
+		"scoring.prefill_tokens_per_second":        func(s *Scoring) { s.PrefillTokensPerSecond = 0 },
+		"scoring.forgetting":                       func(s *Scoring) { s.Forgetting = 1.5 },
+		"scoring.clamp_factor":                     func(s *Scoring) { s.ClampFactor = 1 },
+		"scoring.tie_margin":                       func(s *Scoring) { s.TieMargin = -0.1 },
+		"scoring.max_ttft":                         func(s *Scoring) { s.MaxTTFT = -time.Second },
+		"scoring.scrape.failures_before_unhealthy": func(s *Scoring) { s.Scrape.FailuresBeforeUnhealthy = 0 },
+		"scoring.scrape.timeout":                   func(s *Scoring) { s.Scrape.Timeout = 2 * time.Second },
+		"scoring.baselines":                        func(s *Scoring) { s.Baselines.SGLCacheThreshold = 2 },
+	} {
+		s := defaultScoring()
+		mut(&s)
+		err := s.validate()
+		if err == nil || !strings.HasPrefix(err.Error(), key+":") {
+			t.Errorf("%s: error %v must name the key", key, err)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+// Package scoring predicts each worker's time to first token (TTFT) for a request, in
+// seconds, learns from the first tokens it then observes, and picks a worker. It also
+// holds the baseline policies kvroute is compared against. See README.md in this folder.
+//
+// # The model
+//
+// For request r on worker w (all terms in seconds):
+//
+//	TTFT(r,w) = θ₀·o_w                                    overhead
+//	          + θ₁·U/ρ_w                                   prefill of the U uncached tokens
+//	          + θ₃·(C_cpu/ρ_cpu + C_disk/ρ_disk)           lower-tier hits: transfer, not zero
+//	          + θ₂·Q/ρ_w                                   prefill queued ahead (FCFS)
+//	          + θ₄·R·max(1,(Q+U)/B)·δ                      decode interference
+//
+//	U = prompt − cached (cached capped at prompt−1: vLLM always recomputes the last token)
+//	Q = booked uncached tokens + w_age·max(0, waiting − booked prefilling)·F_w
+//	R = booked decoding + w_age·max(0, running − booked requests)
+//	w_age = 0.5^(age of the scrape / load_half_life)
+//
+// o_w, ρ_w come from the worker's profile (else scoring defaults), ρ_cpu, ρ_disk, δ
+// and B (max_num_batched_tokens) from Options; F_w is the learned mean uncached size of
+// requests on w, standing in for requests kvroute did not route. θ (one factor per
+// term, 1 = the prior) is learned per worker by recursive least squares with
+// forgetting on the relative error (learn.go), residuals clipped, covariance bounded,
+// θ clamped to [1/clamp_factor, clamp_factor].
+//
+// Sources. The queue term follows vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py:
+// running requests are scheduled first, one decode token each, then waiting requests
+// FCFS, chunked under the max_num_batched_tokens budget), hence prefill work ahead adds
+// linearly and every running sequence lengthens each step the prefill needs (the
+// prefill–decode interference DistServe, OSDI '24, §2 measures). Prefill time linear in
+// uncached tokens is the regime of chunked prefill at moderate context (Sarathi-Serve,
+// OSDI '24); attention's quadratic part is absorbed by the learned θ₁. A lower-tier
+// hit costs its transfer (Mooncake, FAST '25, §4: KVCache reused from CPU/SSD is
+// loaded on the TTFT path). Predicting per-instance TTFT from prefix-cache hit and
+// queued prefill work, rather than scoring them separately, is Preble's (ICLR '25)
+// "global scheduler" cost and Mooncake's Conductor TTFT estimate; kvroute adds
+// per-worker online calibration.
+//
+// # Concurrency
+//
+// The router calls Policy.Pick with its lock held, so a burst of requests is decided
+// one at a time against the bookings of those before it; Learner.Observe may run
+// concurrently with Pick. Constructors start no goroutines and read no clock (time comes
+// from Input.Now; randomness from Options.Rand), so simulations in virtual time replay.
+package scoring

@@ -1,0 +1,206 @@
+package scoring
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvroute/kvroute/metrics"
+)
+
+// ErrUnknownPolicy is returned by New for a name not in PolicyNames.
+var ErrUnknownPolicy = errors.New("scoring: unknown policy")
+
+// Options are the settings every policy constructor receives. Zero values take the
+// default documented per field (set in one place: Options.withDefaults); a negative
+// value disables a feature where the field says so.
+type Options struct {
+	// PrefillTokensPerSecond is the prior prefill rate for workers whose Profile has
+	// none, uncached tokens per second. 0 → 5000.
+	PrefillTokensPerSecond float64
+	// Overhead is the prior fixed per-request time for workers whose Profile has none.
+	// 0 → 20 ms.
+	Overhead time.Duration
+	// CPUTierTokensPerSecond is the prior rate at which KV held in the CPU tier (vLLM
+	// KV offloading, medium "CPU") is brought back to the GPU, tokens per second.
+	// 0 → 100000 (≈13 GB/s of PCIe for 128 KiB of KV per token, an 8B-class model).
+	CPUTierTokensPerSecond float64
+	// DiskTierTokensPerSecond is the same for the disk (and any other) tier. 0 → 20000.
+	DiskTierTokensPerSecond float64
+	// DecodeInterference is the prior extra time each running sequence adds to one
+	// engine step that carries prefill work (vLLM v1 batches decodes with prefill chunks
+	// under max_num_batched_tokens). 0 → 200 µs.
+	DecodeInterference time.Duration
+	// BatchTokens is the engine's token budget per step (vLLM --max-num-batched-tokens),
+	// tokens; it turns queued prefill tokens into engine steps. 0 → 8192.
+	BatchTokens int
+	// ForeignRequestTokens is the prior size of a waiting request kvroute did not route
+	// (seen only in the scraped vllm:num_requests_waiting), uncached tokens; learned per
+	// worker from the requests kvroute routes. 0 → 1024.
+	ForeignRequestTokens int
+	// LoadHalfLife is the age at which a scraped load counts half; older scrapes count
+	// less (weight 0.5^(age/half-life)). 0 → 2 s; negative → scraped load is ignored.
+	LoadHalfLife time.Duration
+
+	// TieMargin is the relative near-tie margin: workers predicted within
+	// best×(1+TieMargin) (or best+TieMarginMin, whichever is larger) are ties, broken by
+	// fewest in-flight tokens, then at random. 0 → 0.02; negative → exact ties only.
+	TieMargin float64
+	// TieMarginMin is the absolute near-tie margin. 0 → 1 ms.
+	TieMarginMin time.Duration
+	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
+	MaxTTFT time.Duration
+	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.
+	ShedOnSLOMiss bool
+	// RetryAfterMax caps the Retry-After of a shed request. 0 → 30 s.
+	RetryAfterMax time.Duration
+
+	// Forgetting is the recursive-least-squares forgetting factor λ in (0,1]: an
+	// observation's weight decays by λ per later observation (effective memory
+	// ≈ 1/(1−λ) observations). 0 → 0.99.
+	Forgetting float64
+	// ClampFactor bounds every learned coefficient to [prior/ClampFactor,
+	// prior×ClampFactor]. 0 → 20.
+	ClampFactor float64
+	// ResidualClip bounds one observation's relative residual |1 − predicted/observed|
+	// used for learning (Huber-style robustness to stalls and outliers). 0 → 0.5.
+	ResidualClip float64
+
+	Baselines Baselines
+
+	// Rand is the random source for tie-breaks and random baselines. nil: a randomly
+	// seeded source; tests and simulations inject a seeded one. Used only inside Pick
+	// (which the router serializes); *rand.Rand is not safe for concurrent use, so give
+	// each policy that may pick concurrently with another its own.
+	Rand *rand.Rand
+	// Metrics receives scoring metrics; nil: none exported.
+	Metrics *metrics.Scoring
+	// Logger receives, at debug level, each kvroute decision with the chosen worker's
+	// terms (guarded by Enabled, so it costs nothing otherwise); nil: no logging.
+	Logger *slog.Logger
+}
+
+// Baselines configures the comparison policies. Zero values take the defaults of the
+// documentation each policy cites.
+type Baselines struct {
+	// GIE approximate prefix (llm-d/Gateway API Inference Extension docs):
+	GIEBlockChars     int     // characters per hashed block (≈16 tokens × 4 chars); 0 → 64
+	GIEMaxBlocks      int     // blocks of a prompt considered; 0 → 256
+	GIELRUBlocks      int     // LRU capacity per worker, blocks; 0 → 31250
+	GIEPrefixWeight   float64 // 0 → 3
+	GIEQueueWeight    float64 // 0 → 2
+	GIEKVWeight       float64 // 0 → 2
+	SaturationQueue   float64 // llm-d: waiting requests at which a worker is saturated; 0 → 5
+	SaturationKV      float64 // llm-d: KV usage fraction at which a worker is saturated; 0 → 0.8
+	SaturationTokens  int     // llm-d: in-flight uncached prefill tokens at which a worker is saturated; 0 → 32768
+	DynamoOverlap     float64 // Dynamo kv-overlap-score-weight; 0 → 1; negative → 0 (pure load)
+	DynamoTemperature float64 // Dynamo router-temperature; 0 → argmin
+	SGLCacheThreshold float64 // SGLang cache_threshold (match ratio); 0 → 0.3
+	SGLBalanceAbs     float64 // SGLang balance_abs_threshold (requests); 0 → 64
+	SGLBalanceRel     float64 // SGLang balance_rel_threshold; 0 → 1.5
+	SGLMaxTreeChars   int     // SGLang max tree size per worker, characters; 0 → 1<<24
+}
+
+func (o Options) withDefaults() Options {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defI := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.PrefillTokensPerSecond, 5000)
+	defD(&o.Overhead, 20*time.Millisecond)
+	def(&o.CPUTierTokensPerSecond, 100000)
+	def(&o.DiskTierTokensPerSecond, 20000)
+	defD(&o.DecodeInterference, 200*time.Microsecond)
+	defI(&o.BatchTokens, 8192)
+	defI(&o.ForeignRequestTokens, 1024)
+	defD(&o.LoadHalfLife, 2*time.Second)
+	def(&o.TieMargin, 0.02)
+	if o.TieMargin < 0 {
+		o.TieMargin = 0
+	}
+	defD(&o.TieMarginMin, time.Millisecond)
+	defD(&o.RetryAfterMax, 30*time.Second)
+	def(&o.Forgetting, 0.99)
+	o.Forgetting = min(o.Forgetting, 1)
+	def(&o.ClampFactor, 20)
+	def(&o.ResidualClip, 0.5)
+	b := &o.Baselines
+	defI(&b.GIEBlockChars, 64)
+	defI(&b.GIEMaxBlocks, 256)
+	defI(&b.GIELRUBlocks, 31250)
+	def(&b.GIEPrefixWeight, 3)
+	def(&b.GIEQueueWeight, 2)
+	def(&b.GIEKVWeight, 2)
+	def(&b.SaturationQueue, 5)
+	def(&b.SaturationKV, 0.8)
+	defI(&b.SaturationTokens, 32768)
+	def(&b.DynamoOverlap, 1)
+	if b.DynamoOverlap < 0 {
+		b.DynamoOverlap = 0
+	}
+	def(&b.SGLCacheThreshold, 0.3)
+	def(&b.SGLBalanceAbs, 64)
+	def(&b.SGLBalanceRel, 1.5)
+	defI(&b.SGLMaxTreeChars, 1<<24)
+	if o.Rand == nil {
+		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return o
+}
+
+// Policy names (scoring.policy values).
+const (
+	PolicyKVRoute       = "kvroute"        // predicted TTFT, learned online (the default)
+	PolicyKVRouteStatic = "kvroute_static" // predicted TTFT with prior coefficients only (ablation)
+	PolicyRandom        = "random"
+	PolicyRoundRobin    = "round_robin"
+	PolicyLeastRequest  = "least_request"
+	PolicyGIE           = "gie_approx_prefix"
+	PolicyLLMD          = "llmd_prefix_affinity"
+	PolicyDynamo        = "dynamo"
+	PolicySGLang        = "sglang_cache_aware"
+)
+
+// PolicyNames lists the names New accepts (scoring.policy values), kvroute first.
+var PolicyNames = []string{PolicyKVRoute, PolicyKVRouteStatic, PolicyRandom, PolicyRoundRobin, PolicyLeastRequest,
+	PolicyGIE, PolicyLLMD, PolicyDynamo, PolicySGLang}
+
+// New returns a fresh policy named name (no goroutines, no clocks: time comes from
+// Input.Now, randomness from Options.Rand). Errors wrap ErrUnknownPolicy.
+func New(name string, o Options) (Policy, error) {
+	o = o.withDefaults()
+	switch name {
+	case PolicyKVRoute:
+		return NewPredictor(o, true), nil
+	case PolicyKVRouteStatic:
+		return NewPredictor(o, false), nil
+	case PolicyRandom:
+		return &Random{rng: o.Rand, m: o.Metrics}, nil
+	case PolicyRoundRobin:
+		return &RoundRobin{m: o.Metrics}, nil
+	case PolicyLeastRequest:
+		return &LeastRequest{rng: o.Rand, m: o.Metrics}, nil
+	case PolicyGIE:
+		return newGIE(o), nil
+	case PolicyLLMD:
+		return newLLMD(o), nil
+	case PolicyDynamo:
+		return newDynamo(o), nil
+	case PolicySGLang:
+		return newSGLang(o), nil
+	}
+	return nil, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, PolicyNames)
+}

@@ -1,0 +1,103 @@
+package scoring
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// choose picks among predictions (one per candidate):
+//
+//  1. Shed: when MaxTTFT > 0 and even the best prediction exceeds it, refuse with
+//     Retry-After ≈ the excess (the queue must drain that much), capped.
+//  2. SLO: when the request has one and some workers are predicted to meet it, choose
+//     among those the one needing the least prefill work (fewest uncached tokens —
+//     it spends the least GPU time, leaving capacity for others), then fewest in-flight
+//     tokens, then at random (reason "slo"). When none meets it, fall through (or shed
+//     when ShedOnSLOMiss).
+//  3. Otherwise the lowest prediction; workers within the near-tie margin of it are
+//     ties, broken by fewest in-flight tokens (booked uncached prefill tokens, then
+//     booked requests), then at random — never by list order.
+//
+// Without token information (Input.Degraded or no prompt tokens) the predictions hold
+// only queue and overhead terms: a load-only choice, reason "degraded".
+func choose(o *Options, in *Input, cands []Candidate, preds []Prediction) Decision {
+	best := 0
+	for i := range preds {
+		if preds[i].TTFT < preds[best].TTFT {
+			best = i
+		}
+	}
+	bestTTFT := preds[best].TTFT
+	if o.MaxTTFT > 0 && bestTTFT > o.MaxTTFT {
+		return shed(o, preds, bestTTFT-o.MaxTTFT)
+	}
+	degraded := in.Degraded != "" || in.PromptTokens <= 0
+	if in.SLO > 0 && !degraded {
+		var meet []int
+		for i := range preds {
+			if preds[i].TTFT <= in.SLO {
+				meet = append(meet, i)
+			}
+		}
+		if len(meet) > 0 {
+			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cands[i].CachedTokens, 0) })
+			return Decision{Index: breakTie(o.Rand, cands, least), Reason: ReasonSLO, Predictions: preds}
+		}
+		if o.ShedOnSLOMiss {
+			return shed(o, preds, bestTTFT-in.SLO)
+		}
+	}
+	margin := max(time.Duration(float64(bestTTFT)*o.TieMargin), o.TieMarginMin)
+	var ties []int
+	for i := range preds {
+		if preds[i].TTFT <= bestTTFT+margin {
+			ties = append(ties, i)
+		}
+	}
+	reason := ReasonBest
+	if len(ties) > 1 {
+		reason = ReasonTie
+	}
+	if degraded {
+		reason = ReasonDegraded
+	}
+	return Decision{Index: breakTie(o.Rand, cands, ties), Reason: reason, Predictions: preds}
+}
+
+func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
+	ra := min(max(excess, time.Second), o.RetryAfterMax)
+	return Decision{Index: -1, Reason: ReasonBest, Predictions: preds, Shed: true, RetryAfter: ra}
+}
+
+// breakTie returns one of idx: fewest booked uncached prefill tokens, then fewest
+// booked requests, then uniformly at random.
+func breakTie(rng *rand.Rand, cands []Candidate, idx []int) int {
+	if len(idx) == 1 {
+		return idx[0]
+	}
+	idx = minBy(idx, func(i int) int { return cands[i].Booked.PrefillTokens })
+	idx = minBy(idx, func(i int) int { return cands[i].Booked.Requests })
+	if len(idx) == 1 {
+		return idx[0]
+	}
+	return idx[rng.IntN(len(idx))]
+}
+
+// minBy returns the members of idx with the smallest key (a new slice when it shrinks).
+func minBy(idx []int, key func(int) int) []int {
+	if len(idx) <= 1 {
+		return idx
+	}
+	out := make([]int, 0, len(idx))
+	bk := 0
+	for _, i := range idx {
+		k := key(i)
+		switch {
+		case len(out) == 0 || k < bk:
+			out, bk = append(out[:0], i), k
+		case k == bk:
+			out = append(out, i)
+		}
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/kvroute/kvroute/metrics"
+)
+
+// Scrape errors, one per failure class (counted by reason).
+var (
+	ErrScrapeHTTP   = errors.New("workers: scrape request failed")
+	ErrScrapeStatus = errors.New("workers: scrape returned a non-200 status")
+	ErrScrapeParse  = errors.New("workers: scrape body is not Prometheus text")
+	ErrNoVLLMSeries = errors.New("workers: no vllm load metric in the scrape")
+)
+
+// vLLM metric names read by the scraper (vllm/v1/metrics/loggers.py). The KV usage
+// gauge was renamed in vLLM 0.10 from vllm:gpu_cache_usage_perc; both are accepted.
+const (
+	metricWaiting     = "vllm:num_requests_waiting"
+	metricRunning     = "vllm:num_requests_running"
+	metricKVUsage     = "vllm:kv_cache_usage_perc"
+	metricKVUsageOld  = "vllm:gpu_cache_usage_perc"
+	maxScrapeBodySize = 16 << 20
+)
+
+// ParseLoad reads a vLLM /metrics body in the Prometheus text format. Waiting and
+// running requests are summed over every series (data-parallel engines, models);
+// KV-cache usage (a 0..1 fraction per engine) is averaged. ScrapedAt is left zero.
+// It fails with ErrScrapeParse on malformed text and ErrNoVLLMSeries when none of the
+// three metrics is present (not a vLLM endpoint).
+func ParseLoad(r io.Reader) (Load, error) {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return Load{}, fmt.Errorf("%w: %v", ErrScrapeParse, err)
+	}
+	var l Load
+	found := false
+	sum := func(name string) (float64, int) {
+		f := fams[name]
+		if f == nil {
+			return 0, 0
+		}
+		s := 0.0
+		for _, m := range f.GetMetric() {
+			s += value(m)
+		}
+		return s, len(f.GetMetric())
+	}
+	if v, n := sum(metricWaiting); n > 0 {
+		l.Waiting, found = v, true
+	}
+	if v, n := sum(metricRunning); n > 0 {
+		l.Running, found = v, true
+	}
+	v, n := sum(metricKVUsage)
+	if n == 0 {
+		v, n = sum(metricKVUsageOld)
+	}
+	if n > 0 {
+		l.KVUsage, found = v/float64(n), true
+	}
+	if !found {
+		return Load{}, ErrNoVLLMSeries
+	}
+	return l, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	return 0
+}
+
+// ScrapeOptions configures a Scraper. Zero values take the documented defaults.
+type ScrapeOptions struct {
+	Interval time.Duration // between rounds; 0 → 1 s
+	Timeout  time.Duration // per scrape; 0 → Interval (at most 5 s)
+	// FailuresBeforeUnhealthy consecutive failed scrapes mark a worker unhealthy (the
+	// router stops picking it); one success marks it healthy again. 0 → 3.
+	FailuresBeforeUnhealthy int
+	Client                  *http.Client     // nil → a client with Timeout
+	Now                     func() time.Time // nil → time.Now (stamps Load.ScrapedAt)
+	Metrics                 *metrics.Scoring // nil → none
+	Logger                  *slog.Logger     // nil → slog.Default()
+}
+
+// Scraper polls every registered worker's vLLM GET http://<address>/metrics and
+// records the load in the Registry (SetLoad with ScrapedAt) and health (SetHealthy).
+type Scraper struct {
+	reg *Registry
+	o   ScrapeOptions
+
+	mu    sync.Mutex     // guards fails
+	fails map[string]int // worker → consecutive failures
+}
+
+// NewScraper returns a scraper over reg; nothing runs until Run or ScrapeOnce.
+func NewScraper(reg *Registry, o ScrapeOptions) *Scraper {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = min(o.Interval, 5*time.Second)
+	}
+	if o.FailuresBeforeUnhealthy <= 0 {
+		o.FailuresBeforeUnhealthy = 3
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: o.Timeout}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Scraper{reg: reg, o: o, fails: map[string]int{}}
+}
+
+// Run scrapes every Interval until ctx is cancelled, then returns (after the round in
+// flight, whose requests are cancelled with ctx). The first round starts at once.
+func (s *Scraper) Run(ctx context.Context) {
+	tk := time.NewTicker(s.o.Interval)
+	defer tk.Stop()
+	for {
+		s.ScrapeOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// ScrapeOnce scrapes every registered worker concurrently and waits for all of them.
+func (s *Scraper) ScrapeOnce(ctx context.Context) {
+	ws := s.reg.All()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.scrapeWorker(ctx, w)
+		}()
+	}
+	wg.Wait()
+	s.mu.Lock()
+	live := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		live[w.Name] = true
+	}
+	for name := range s.fails {
+		if !live[name] {
+			delete(s.fails, name)
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *Scraper) scrapeWorker(ctx context.Context, w *Worker) {
+	start := time.Now()
+	l, err := s.fetch(ctx, w)
+	if s.o.Metrics != nil {
+		s.o.Metrics.ScrapeDuration.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
+	}
+	if ctx.Err() != nil {
+		return // shutting down: not the worker's fault
+	}
+	s.mu.Lock()
+	if err != nil {
+		s.fails[w.Name]++
+	} else {
+		s.fails[w.Name] = 0
+	}
+	n := s.fails[w.Name]
+	s.mu.Unlock()
+	if err != nil {
+		reason := "http"
+		switch {
+		case errors.Is(err, ErrScrapeStatus):
+			reason = "status"
+		case errors.Is(err, ErrScrapeParse), errors.Is(err, ErrNoVLLMSeries):
+			reason = "parse"
+		}
+		if s.o.Metrics != nil {
+			s.o.Metrics.ScrapeErrors.WithLabelValues(w.Name, reason).Inc()
+		}
+		s.o.Logger.Debug("scrape failed", "worker", w.Name, "err", err, "consecutive", n)
+		if n == s.o.FailuresBeforeUnhealthy {
+			s.o.Logger.Warn("worker marked unhealthy: /metrics scrapes failing", "worker", w.Name, "failures", n, "err", err)
+			s.reg.SetHealthy(w.Name, false)
+			if s.o.Metrics != nil {
+				s.o.Metrics.ScrapeHealthy.WithLabelValues(w.Name).Set(0)
+			}
+		}
+		return
+	}
+	l.ScrapedAt = s.o.Now()
+	s.reg.SetLoad(w.Name, l)
+	if !s.reg.Healthy(w.Name) {
+		s.o.Logger.Info("worker healthy again", "worker", w.Name)
+	}
+	s.reg.SetHealthy(w.Name, true)
+	if s.o.Metrics != nil {
+		s.o.Metrics.ScrapeHealthy.WithLabelValues(w.Name).Set(1)
+	}
+}
+
+func (s *Scraper) fetch(ctx context.Context, w *Worker) (Load, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.Address+"/metrics", nil)
+	if err != nil {
+		return Load{}, fmt.Errorf("%w: %v", ErrScrapeHTTP, err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := s.o.Client.Do(req)
+	if err != nil {
+		return Load{}, fmt.Errorf("%w: %v", ErrScrapeHTTP, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return Load{}, fmt.Errorf("%w: %s", ErrScrapeStatus, resp.Status)
+	}
+	return ParseLoad(io.LimitReader(resp.Body, maxScrapeBodySize))
+}

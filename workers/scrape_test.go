@@ -1,0 +1,162 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// vllmMetrics is a trimmed vLLM v1 /metrics body: two data-parallel engines.
+const vllmMetrics = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="qwen"} 3.0
+vllm:num_requests_running{engine="1",model_name="qwen"} 5.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="qwen"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="qwen"} 1.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="qwen"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="qwen"} 0.75
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="qwen"} 12345.0
+`
+
+func TestParseLoad(t *testing.T) {
+	l, err := ParseLoad(strings.NewReader(vllmMetrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Waiting != 3 || l.Running != 8 || l.KVUsage != 0.5 {
+		t.Fatalf("waiting/running are summed over engines, KV usage averaged: got %+v", l)
+	}
+	old := "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.4\nvllm:num_requests_waiting{model_name=\"m\"} 7\n"
+	if l, err := ParseLoad(strings.NewReader(old)); err != nil || l.KVUsage != 0.4 || l.Waiting != 7 {
+		t.Fatalf("older vllm:gpu_cache_usage_perc must be accepted: %+v %v", l, err)
+	}
+	if _, err := ParseLoad(strings.NewReader("go_goroutines 5\n")); !errors.Is(err, ErrNoVLLMSeries) {
+		t.Fatalf("non-vLLM endpoint: err = %v, want ErrNoVLLMSeries", err)
+	}
+	if _, err := ParseLoad(strings.NewReader("vllm:num_requests_waiting{ 1\n")); !errors.Is(err, ErrScrapeParse) {
+		t.Fatalf("malformed text: err = %v, want ErrScrapeParse", err)
+	}
+}
+
+// fakeVLLM serves /metrics with a switchable status.
+type fakeVLLM struct {
+	srv    *httptest.Server
+	status atomic.Int32
+	body   atomic.Value
+	hits   atomic.Int32
+}
+
+func newFakeVLLM(t *testing.T) *fakeVLLM {
+	f := &fakeVLLM{}
+	f.status.Store(200)
+	f.body.Store(vllmMetrics)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.hits.Add(1)
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(int(f.status.Load()))
+		w.Write([]byte(f.body.Load().(string)))
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeVLLM) addr() string { return strings.TrimPrefix(f.srv.URL, "http://") }
+
+func TestScraperRecordsLoadAndHealth(t *testing.T) {
+	good, bad := newFakeVLLM(t), newFakeVLLM(t)
+	bad.status.Store(500)
+	reg := NewRegistry()
+	reg.Set([]*Worker{{Name: "good", Address: good.addr()}, {Name: "bad", Address: bad.addr()}})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := metrics.NewUnregistered().Scoring
+	s := NewScraper(reg, ScrapeOptions{FailuresBeforeUnhealthy: 2, Now: func() time.Time { return now }, Metrics: ms})
+	ctx := context.Background()
+
+	s.ScrapeOnce(ctx)
+	if l := reg.Load("good"); l.Waiting != 3 || l.Running != 8 || !l.ScrapedAt.Equal(now) {
+		t.Fatalf("scraped load not recorded with ScrapedAt: %+v", l)
+	}
+	if !reg.Healthy("bad") {
+		t.Fatal("one failure must not mark a worker unhealthy (threshold 2)")
+	}
+	s.ScrapeOnce(ctx)
+	if reg.Healthy("bad") {
+		t.Fatal("two consecutive failures must mark the worker unhealthy")
+	}
+	if got := testutil.ToFloat64(ms.ScrapeErrors.WithLabelValues("bad", "status")); got != 2 {
+		t.Fatalf("status errors counted %v, want 2", got)
+	}
+	if ws, _ := reg.Candidates("", nil); len(ws) != 1 || ws[0].Name != "good" {
+		t.Fatalf("an unhealthy worker must not be a candidate: %v", ws)
+	}
+	bad.status.Store(200)
+	s.ScrapeOnce(ctx)
+	if !reg.Healthy("bad") || reg.Load("bad").Waiting != 3 {
+		t.Fatal("one successful scrape must mark the worker healthy again and record its load")
+	}
+	// A parse failure and a refused connection count too.
+	bad.body.Store("not metrics {{{")
+	s.ScrapeOnce(ctx)
+	if got := testutil.ToFloat64(ms.ScrapeErrors.WithLabelValues("bad", "parse")); got != 1 {
+		t.Fatalf("parse errors %v, want 1", got)
+	}
+	bad.srv.Close()
+	s.ScrapeOnce(ctx)
+	if got := testutil.ToFloat64(ms.ScrapeErrors.WithLabelValues("bad", "http")); got != 1 {
+		t.Fatalf("http errors %v, want 1", got)
+	}
+	if reg.Healthy("bad") {
+		t.Fatal("parse + connection failures are consecutive failures too")
+	}
+}
+
+func TestScraperRunStopsOnCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := NewRegistry()
+		reg.Set([]*Worker{{Name: "w", Address: "fake"}})
+		var n atomic.Int32
+		client := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+			n.Add(1)
+			return &http.Response{StatusCode: 200, Body: ioNopCloser(vllmMetrics), Header: http.Header{}}, nil
+		})}
+		s := NewScraper(reg, ScrapeOptions{Interval: time.Second, Client: client})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		time.Sleep(3500 * time.Millisecond) // virtual time: rounds at 0, 1, 2, 3 s
+		synctest.Wait()
+		if got := n.Load(); got != 4 {
+			t.Fatalf("scrapes in 3.5 s at 1 s interval = %d, want 4", got)
+		}
+		cancel()
+		<-done
+	})
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func ioNopCloser(s string) *nopBody { return &nopBody{strings.NewReader(s)} }
+
+type nopBody struct{ *strings.Reader }
+
+func (nopBody) Close() error { return nil }
