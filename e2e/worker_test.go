@@ -53,6 +53,12 @@ func (w *testWorker) lastCL() int64 {
 }
 
 func (w *testWorker) serve(rw http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/metrics" {
+		// kvroute's scraper polls vLLM's Prometheus gauges; an idle engine.
+		rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprint(rw, "vllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:num_requests_running{model_name=\"m\"} 0\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0\n")
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	w.hits.Add(1)
 	w.mu.Lock()
