@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -87,8 +88,9 @@ func BenchmarkExtProcOverhead(b *testing.B) {
 
 func body1(s string) *extprocv3.ProcessingRequest { return body(s, true) }
 
-// BenchmarkDecision is the router's decision throughput: Pick (block hashing, index
-// lookup over 64 workers, scoring, booking under the lock) and Done, for a
+// BenchmarkDecision is the router's decision throughput with the default policy
+// (scoring.policy kvroute): Pick (block hashing, index lookup over 64 workers, TTFT
+// prediction per worker, booking under the lock) and Done (learning), for a
 // completions request carrying 2,048 prompt token ids (PathGiven: no tokenizer cost)
 // whose first 1,024 tokens are cached on one worker.
 func BenchmarkDecision(b *testing.B) {
@@ -101,7 +103,11 @@ func BenchmarkDecision(b *testing.B) {
 			}
 			reg.Set(ws)
 			idx := kvindex.New(kvindex.Options{SpeculativeTTL: time.Hour})
-			r := router.New(router.Options{Registry: reg, Index: idx, Models: []router.Model{{Name: "m", BlockSize: 16}}, Metrics: metrics.NewUnregistered()})
+			pol, err := scoring.New(scoring.PolicyKVRoute, scoring.Options{}) // the default policy (learning predictor)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := router.New(router.Options{Registry: reg, Index: idx, Policy: pol, Models: []router.Model{{Name: "m", BlockSize: 16}}, Metrics: metrics.NewUnregistered()})
 			ids := make([]uint32, 2048)
 			for i := range ids {
 				ids[i] = uint32(i*7919) % 151000
