@@ -391,3 +391,24 @@ func TestMetadataRoutingAndResponseHeaders(t *testing.T) {
 		t.Fatalf("status %d headers %v", st, h)
 	}
 }
+
+// BUFFERED_PARTIAL with a body larger than the buffer limit: Envoy sends what it queued
+// (end_of_stream=false) as one message and passes the rest through unprocessed (CC
+// handleDataBufferedPartialMode). kvroute cannot parse a cut body: it sniffs the model
+// and picks on load; the worker still gets every byte.
+func TestBufferedPartialCutBody(t *testing.T) {
+	f := newFixture(t, fixtureOpts{envoy: Config{RequestBodyMode: BufferedPartial, ResponseBodyMode: Streamed, BufferLimit: 64}})
+	st, h, body := f.do("POST", "/v1/chat/completions", chatStream)
+	if st != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("status %d body %q", st, body)
+	}
+	for _, w := range f.workers {
+		if w.name == h.Get("X-Served-By") {
+			if _, wb := w.last(); string(wb) != chatStream {
+				t.Fatalf("worker got %q", wb)
+			}
+			return
+		}
+	}
+	t.Fatal("no worker served the request")
+}
