@@ -12,6 +12,7 @@
 //     interleave them when the upstream answers early; our workers read the whole body
 //     first);
 //   - response bodies are not pipelined (one chunk in flight), request STREAMED bodies are;
+//   - a response BUFFERED_PARTIAL body is processed like STREAMED;
 //   - request header mode SKIP sends no request-direction message at all;
 //   - no mode_override, no send_body_without_waiting_for_header_response, no
 //     observability mode, no retries.
@@ -154,6 +155,9 @@ func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.hasBody = r.Body != nil && r.Body != http.NoBody
 	defer x.side.close()
 	up, lr := x.requestPath()
+	if up == nil && lr == nil {
+		lr = &localReply{status: 500, body: "stand-in: no request to forward"}
+	}
 	if lr != nil {
 		x.localReply(lr)
 		return
