@@ -340,7 +340,7 @@ func TestTicketExpiry(t *testing.T) {
 	}()
 	f.waitInFlight(1)
 	time.Sleep(1100 * time.Millisecond) // let the ticket age past the 1 s TTL (minimum allowed)
-	f.app.Router.Sweep() // kvroute's own sweeper (every 1 s here) may have released it already
+	f.app.Router.Sweep()                // kvroute's own sweeper (every 1 s here) may have released it already
 	if f.inFlight() != 0 {
 		t.Fatal("expired ticket still in flight")
 	}
