@@ -224,11 +224,19 @@ func TestUpstream5xx(t *testing.T) {
 // Client disconnect mid-stream: Envoy sends no special message; it destroys the filter
 // and resets the side stream (CC onDestroy; GC close()). kvroute must abort the ticket:
 // the in-flight count returns to zero.
+//
+// With runtime ext_proc_graceful_grpc_close Envoy half-closes instead (the server sees
+// EOF, GC halfCloseAndDeleteOnRemoteClose): same outcome, abort reason "closed".
 func TestClientDisconnectMidStream(t *testing.T) {
-	for _, mode := range []Mode{Streamed, FullDuplex} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		mode     Mode
+		graceful bool
+		reason   string
+	}{{Streamed, false, "cancelled"}, {FullDuplex, false, "cancelled"}, {Streamed, true, "closed"}} {
+		mode := c.mode
+		t.Run(fmt.Sprintf("%s/graceful=%v", mode, c.graceful), func(t *testing.T) {
 			gate := make(chan struct{})
-			f := newFixture(t, fixtureOpts{envoy: Config{RequestBodyMode: mode, ResponseBodyMode: mode},
+			f := newFixture(t, fixtureOpts{envoy: Config{RequestBodyMode: mode, ResponseBodyMode: mode, GracefulClose: c.graceful},
 				setup: func(ws []*testWorker) {
 					for _, w := range ws {
 						w.gate = gate
@@ -259,6 +267,16 @@ func TestClientDisconnectMidStream(t *testing.T) {
 			f.waitInFlight(0)
 			if got := testutil.ToFloat64(f.app.Metrics.Router.TicketsReleased.WithLabelValues("abort")); got != 1 {
 				t.Fatalf("aborts = %v, want 1", got)
+			}
+			// Envoy's default close is END_STREAM then RST_STREAM at once: the server may
+			// read either first, so "cancelled" or "closed"; graceful close is always "closed".
+			ab := f.app.Metrics.ExtProc.Aborts
+			got := testutil.ToFloat64(ab.WithLabelValues("closed"))
+			if !c.graceful {
+				got += testutil.ToFloat64(ab.WithLabelValues("cancelled"))
+			}
+			if got != 1 {
+				t.Fatalf("aborts_total{reason=%s} = %v, want 1", c.reason, got)
 			}
 		})
 	}
