@@ -104,8 +104,9 @@
 //
 // Envoy ends the stream after the last expected reply, on an immediate response, or
 // on filter destruction (client disconnect, upstream reset), by default with a
-// half-close plus RST_STREAM that the server sees as Canceled, or with graceful close
-// as io.EOF (GC close(); envoyproxy/envoy#38195). No special message announces a
+// half-close plus RST_STREAM that the server sees as Canceled (or as io.EOF when it
+// reads the half-close first), or with graceful close as io.EOF (GC close();
+// envoyproxy/envoy#38195). No special message announces a
 // client disconnect (CC onDestroy). So whenever Recv fails and the ticket is not
 // complete, the ticket is aborted; Ticket.Abort after Done is a no-op, so no path
 // leaks a booking. A repeated end_of_stream (envoyproxy/envoy#46355) gets a plain
