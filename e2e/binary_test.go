@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,12 +28,7 @@ func TestRealBinaryServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kvroute")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/kvroute")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	w1, w2 := newTestWorker(t, "w1"), newTestWorker(t, "w2")
 	ports := freePorts(t, 3)
 	cfg := fmt.Sprintf(`server:
@@ -47,12 +43,62 @@ workers:
   - {name: w1, address: "%s"}
   - {name: w2, address: "%s"}
 `, ports[0], ports[1], ports[2], w1.addr(), w2.addr())
-	path := filepath.Join(dir, "kvroute.yaml")
+	path := filepath.Join(t.TempDir(), "kvroute.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	runBinaryJourney(t, bin, ports, []*testWorker{w1, w2}, "serve", "--config", path)
+}
+
+// The shipped example configuration loads and serves, with the listeners and workers
+// overridden by flags (every key is a flag).
+func TestRealBinaryServeExampleConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if _, err := os.Stat("../examples/kvroute.yaml"); err != nil {
+		t.Skip("no examples/kvroute.yaml")
+	}
+	bin := buildBinary(t)
+	w1 := newTestWorker(t, "w1")
+	ports := freePorts(t, 3)
+	runBinaryJourney(t, bin, ports, []*testWorker{w1}, "serve", "--config", "../examples/kvroute.yaml",
+		fmt.Sprintf("--server.ext_proc_addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--server.health_addr=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("--server.admin_addr=127.0.0.1:%d", ports[2]), "--models=[{name: m}]",
+		fmt.Sprintf("--workers=[{name: w1, address: %q, models: [m]}]", w1.addr()))
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// buildBinary builds cmd/kvroute once per test binary run.
+func buildBinary(t *testing.T) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kvroute-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "kvroute")
+		if out, err := exec.Command("go", "build", "-o", builtBin, "../cmd/kvroute").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// runBinaryJourney starts the binary, waits for /readyz, checks gRPC health, sends one
+// stand-in request (BUFFERED) that must reach a worker with the destination header,
+// then SIGTERMs and expects a clean exit.
+func runBinaryJourney(t *testing.T, bin string, ports []int, ws []*testWorker, args ...string) {
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "serve", "--config", path)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -108,10 +154,14 @@ workers:
 	body.ReadFrom(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(body.String(), "[DONE]") {
-		t.Fatalf("status %d body %q", resp.StatusCode, body.String())
+		t.Fatalf("status %d body %q\n%s", resp.StatusCode, body.String(), stderr.String())
 	}
-	served := resp.Header.Get("X-Served-By")
-	w := map[string]*testWorker{"w1": w1, "w2": w2}[served]
+	var w *testWorker
+	for _, x := range ws {
+		if x.name == resp.Header.Get("X-Served-By") {
+			w = x
+		}
+	}
 	if w == nil {
 		t.Fatalf("not served by a worker: %v", resp.Header)
 	}
