@@ -144,7 +144,10 @@ func TestRefusals(t *testing.T) {
 				rsp = FullDuplex
 			}
 			f := newFixture(t, fixtureOpts{envoy: Config{RequestBodyMode: mode, ResponseBodyMode: rsp},
-				cfg: func(c *config.Config) { c.ExtProc.MaxBodyBytes = 4096 }})
+				cfg: func(c *config.Config) {
+					c.ExtProc.MaxBodyBytes = 4096
+					c.Scoring.Scrape.Interval = 0 // health is set by hand below; a scrape would restore it
+				}})
 			st, h, body := f.do("POST", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("x", 5000)+`"}]}`)
 			checkOpenAIError(t, st, h, body, 413, "invalid_request_error")
 			st, h, body = f.do("POST", "/v1/chat/completions", `{"model":"m","messages":[`)

@@ -60,7 +60,7 @@ func TestProxyUpstreamFailures(t *testing.T) {
 		for _, w := range ws {
 			w.status.Store(503)
 		}
-	}})
+	}, cfg: func(c *config.Config) { c.Scoring.Scrape.Interval = 0 }}) // health is set by hand below
 	if st, _, body := f.do("POST", "/v1/chat/completions", chatStream); st != 503 || !strings.Contains(body, "worker failure") {
 		t.Fatalf("upstream 5xx must pass through: %d %q", st, body)
 	}

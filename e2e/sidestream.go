@@ -81,7 +81,9 @@ func (s *sideStream) send(req *extprocv3.ProcessingRequest) error {
 		return errClosedOK
 	}
 	if s.stream == nil {
-		ctx, cancel := context.WithCancel(s.ctx)
+		// The side stream outlives the downstream request's context: Envoy closes it
+		// itself (close), gracefully or not, when the filter is destroyed (GC close()).
+		ctx, cancel := context.WithCancel(context.WithoutCancel(s.ctx))
 		st, err := s.e.client.Process(ctx)
 		if err != nil {
 			cancel()
