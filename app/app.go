@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -29,6 +30,7 @@ import (
 	"github.com/kvroute/kvroute/proxy"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/tokenize"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -39,6 +41,7 @@ type App struct {
 	Registry *workers.Registry
 	Index    *kvindex.Index
 	Router   *router.Router
+	Tokenize *tokenize.Service
 	Metrics  *metrics.Set
 	Gatherer prometheus.Gatherer
 
@@ -63,8 +66,31 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	for _, m := range cfg.Models {
 		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base})
 	}
+	// Tokenization: per-model path chains (local tokenizer, then a worker's /tokenize),
+	// remote calls spread round robin over the model's healthy workers.
+	var tms []tokenize.ModelConfig
+	for _, m := range cfg.Models {
+		mc := tokenize.ModelConfig{Name: m.Name, Tokenizer: m.Tokenizer, Base: m.Base, RemoteTimeout: m.RemoteTokenizeTimeout}
+		for _, p := range m.TokenizePaths {
+			mc.Paths = append(mc.Paths, tokenize.Path(p))
+		}
+		tms = append(tms, mc)
+	}
+	var tokRR atomic.Uint64
+	a.Tokenize, err = tokenize.NewService(tokenize.ServiceOptions{Models: tms, Metrics: ms.Tokenize, Logger: logger,
+		Load: tokenize.Options{CacheBytes: cfg.Tokenize.CacheBytes, MinCachedSegment: cfg.Tokenize.MinCachedSegment},
+		Address: func(model string) (string, bool) {
+			ws, _ := a.Registry.Candidates(model, nil)
+			if len(ws) == 0 {
+				return "", false
+			}
+			return ws[int(tokRR.Add(1)%uint64(len(ws)))].Address, true
+		}})
+	if err != nil {
+		return nil, err
+	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
-		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms})
+		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize})
 	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
 		a.Registry.Subscribe(l)
 	}
@@ -172,6 +198,16 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}()
 	}
 	goRun(func() error { a.Router.Run(ctx); return nil })
+	// Worker discovery (discovery.mode ≠ static): the source keeps the registry equal to
+	// static ∪ discovered; the router, index and subscriptions follow its listeners.
+	if src, err := a.newDiscovery(); err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	} else if src != nil {
+		goRun(func() error { return src.Run(ctx) })
+		a.Logger.Info("worker discovery started", "mode", a.Config.Discovery.Mode)
+	}
 	// scoring: poll each worker's vLLM /metrics (load for the predictor, health).
 	if sc := a.Config.Scoring.Scrape; sc.Interval > 0 {
 		scraper := workers.NewScraper(a.Registry, workers.ScrapeOptions{Interval: sc.Interval, Timeout: sc.Timeout,

@@ -39,6 +39,7 @@ type Config struct {
 	Discovery Discovery `mapstructure:"discovery"`
 	Models    []Model   `mapstructure:"models"`
 	Workers   []Worker  `mapstructure:"workers"`
+	Tokenize  Tokenize  `mapstructure:"tokenize"`
 }
 
 // Default returns the configuration with every default set.

@@ -14,6 +14,20 @@ type Model struct {
 	BlockSize int    `mapstructure:"block_size"` // KV block size in tokens; 0 = router.default_block_size
 	// Base names the base model when Name is a LoRA adapter ("" otherwise).
 	Base string `mapstructure:"base"`
+
+	// Tokenizer is the model's tokenizer directory: a Hugging Face layout directory
+	// (tokenizer.json, tokenizer_config.json, optional chat_template.jinja) or a hub
+	// cache entry (models--org--name, whose refs/main snapshot is used). "" = none:
+	// the model is tokenized remotely or not at all. A LoRA adapter (Base set) without
+	// its own uses its base model's.
+	Tokenizer string `mapstructure:"tokenizer"`
+	// TokenizePaths are the tokenization paths tried in order: "local" (in process,
+	// needs Tokenizer) and "remote" (the worker's POST /tokenize). Empty = [local,
+	// remote] with a Tokenizer, [remote] without. When all fail the pick is made on
+	// load alone.
+	TokenizePaths []string `mapstructure:"tokenize_paths"`
+	// RemoteTokenizeTimeout bounds one call to a worker's /tokenize; 0 = 250ms.
+	RemoteTokenizeTimeout time.Duration `mapstructure:"remote_tokenize_timeout"`
 }
 
 // Worker is one statically configured inference endpoint.
@@ -54,6 +68,9 @@ func validateModels(ms []Model) error {
 		seen[m.Name] = true
 		if m.BlockSize < 0 || m.BlockSize > 4096 {
 			return fieldErr(key+".block_size", "must be in 0..4096 tokens, got %d", m.BlockSize)
+		}
+		if err := validateTokenizePaths(key, m); err != nil {
+			return err
 		}
 	}
 	for i, m := range ms {

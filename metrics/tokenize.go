@@ -2,11 +2,52 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Tokenize holds the tokenize metrics. Owned by the tokenize area; add fields here, register them in newTokenize.
+// Tokenize holds the tokenize metrics (package tokenize's Service).
+//
+// Label values are bounded: model comes from configuration ("other" for a request
+// naming an unconfigured model), path is one of given/local/remote/none, reason is one
+// of a fixed set documented in docs/metrics.md.
 type Tokenize struct {
-	reg prometheus.Registerer
+	Requests        *prometheus.CounterVec   // model, path: requests served by that path (none = degraded)
+	Failures        *prometheus.CounterVec   // model, path, reason: a path tried and failed (the next one is tried)
+	Degraded        *prometheus.CounterVec   // model, reason: requests left without token ids (pick on load alone)
+	Duration        *prometheus.HistogramVec // path: time to tokenize one request by that path
+	Tokens          *prometheus.CounterVec   // path: prompt tokens produced
+	CacheHits       *prometheus.CounterVec   // model: segment cache hits
+	CacheMisses     *prometheus.CounterVec   // model: segment cache misses
+	CacheHitBytes   *prometheus.CounterVec   // model: text bytes whose ids came from the cache
+	CacheBytes      *prometheus.GaugeVec     // model: charged size of the segment cache
+	CacheEvictions  *prometheus.CounterVec   // model: cache entries evicted by the byte bound
+	LocalAvailable  *prometheus.GaugeVec     // model: 1 when the in-process tokenizer loaded
+	ChatTemplateUse *prometheus.GaugeVec     // model: 1 when the chat template compiled and renders
 }
 
 func newTokenize(reg prometheus.Registerer) *Tokenize {
-	return &Tokenize{reg: reg}
+	const sub = "tokenize"
+	return &Tokenize{
+		Requests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "requests_total", Help: "Requests tokenized, by model and the path that produced the ids (given, local, remote; none = degraded)."}, []string{"model", "path"})),
+		Failures: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "failures_total", Help: "Tokenization paths tried that failed, by model, path and reason; the next configured path is tried."}, []string{"model", "path", "reason"})),
+		Degraded: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "degraded_total", Help: "Requests left without token ids (picked on load alone), by model and reason."}, []string{"model", "reason"})),
+		Duration: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "duration_seconds", Help: "Time to tokenize one request, by the path that was tried (failed attempts included).", Buckets: FastBuckets}, []string{"path"})),
+		Tokens: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prompt_tokens_total", Help: "Prompt tokens produced, by path."}, []string{"path"})),
+		CacheHits: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prefix_cache_hits_total", Help: "Text runs between special tokens whose ids came from the segment cache, by model."}, []string{"model"})),
+		CacheMisses: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prefix_cache_misses_total", Help: "Cacheable text runs encoded because the segment cache did not hold them, by model."}, []string{"model"})),
+		CacheHitBytes: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prefix_cache_hit_bytes_total", Help: "Text bytes whose token ids came from the segment cache, by model."}, []string{"model"})),
+		CacheBytes: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prefix_cache_bytes", Help: "Charged size of the segment cache in bytes, by model."}, []string{"model"})),
+		CacheEvictions: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prefix_cache_evictions_total", Help: "Segment cache entries evicted by the byte bound, by model."}, []string{"model"})),
+		LocalAvailable: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "local_available", Help: "1 when the model's in-process tokenizer loaded, 0 when not (see /debug/tokenize for why)."}, []string{"model"})),
+		ChatTemplateUse: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "chat_template_available", Help: "1 when the model's chat template compiled and renders in process, 0 when chat requests need another path."}, []string{"model"})),
+	}
 }

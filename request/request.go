@@ -66,6 +66,10 @@ type Request struct {
 	// MaxTokens is the output token limit (max_completion_tokens, max_tokens); 0 when absent.
 	MaxTokens int
 	CacheSalt string // vLLM cache_salt: isolates the prefix cache namespace
+
+	// RawTools is the "tools" JSON as sent: chat templates emit tools with tojson in
+	// the client's key order, which Tools (Go maps) loses. nil when absent.
+	RawTools json.RawMessage
 }
 
 // Error is a client error with the HTTP status and OpenAI error type it maps to.
@@ -97,7 +101,7 @@ type wire struct {
 	Model         string           `json:"model"`
 	Messages      []map[string]any `json:"messages"`
 	System        any              `json:"system"`
-	Tools         []map[string]any `json:"tools"`
+	Tools         json.RawMessage  `json:"tools"`
 	Prompt        json.RawMessage  `json:"prompt"`
 	Stream        bool             `json:"stream"`
 	StreamOptions *struct {
@@ -138,13 +142,19 @@ func Parse(api API, body []byte) (*Request, error) {
 		return nil, invalid("model", "field 'model' is required")
 	}
 	r := &Request{
-		API: api, Model: w.Model, Stream: w.Stream, Tools: w.Tools,
+		API: api, Model: w.Model, Stream: w.Stream,
 		AddGenerationPrompt: w.AddGenerationPrompt, ContinueFinalMessage: w.ContinueFinalMessage,
 		ChatTemplateKwargs: w.ChatTemplateKwargs, ReasoningEffort: w.ReasoningEffort,
 		AddSpecialTokens: w.AddSpecialTokens, CacheSalt: w.CacheSalt,
 	}
 	if w.StreamOptions != nil {
 		r.IncludeUsage = w.StreamOptions.IncludeUsage
+	}
+	if len(w.Tools) > 0 && string(w.Tools) != "null" {
+		if err := json.Unmarshal(w.Tools, &r.Tools); err != nil {
+			return nil, invalid("tools", "field 'tools' must be an array of objects: %v", err)
+		}
+		r.RawTools = w.Tools
 	}
 	switch {
 	case w.MaxCompletionTokens != nil:

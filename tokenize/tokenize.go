@@ -1,6 +1,3 @@
-// Package tokenize turns a parsed request into the token ids the engine will compute:
-// chat template rendering, tokenizer.json byte-level BPE, and the fallback chain
-// (local → the worker's /tokenize → none).
 package tokenize
 
 import (
@@ -46,12 +43,20 @@ type GivenOnly struct{}
 
 // Tokenize implements Tokenizer.
 func (GivenOnly) Tokenize(_ context.Context, req *request.Request) (Result, error) {
-	if len(req.PromptTokenIDs) > 0 {
-		n := 0
-		for _, p := range req.PromptTokenIDs {
-			n += len(p)
-		}
-		return Result{Tokens: req.PromptTokenIDs[0], PromptTokens: n, Path: PathGiven}, nil
+	if res, ok := given(req); ok {
+		return res, nil
 	}
 	return Result{Path: PathNone, Degraded: "no_tokenizer"}, nil
+}
+
+// given is the PathGiven result of a request that carries token ids.
+func given(req *request.Request) (Result, bool) {
+	if len(req.PromptTokenIDs) == 0 {
+		return Result{}, false
+	}
+	n := 0
+	for _, p := range req.PromptTokenIDs {
+		n += len(p)
+	}
+	return Result{Tokens: req.PromptTokenIDs[0], PromptTokens: n, Path: PathGiven}, true
 }

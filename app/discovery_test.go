@@ -1,0 +1,94 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/workers"
+)
+
+type changes chan struct{}
+
+func (c changes) WorkerAdded(*workers.Worker)   { c <- struct{}{} }
+func (c changes) WorkerRemoved(*workers.Worker) { c <- struct{}{} }
+
+// discovery.mode=dns wires a DNS source into Run: "localhost" resolves from /etc/hosts,
+// so no network is needed.
+func TestRunStartsDNSDiscovery(t *testing.T) {
+	cfg := config.Default()
+	cfg.Models = []config.Model{{Name: "m"}}
+	cfg.Workers = []config.Worker{{Name: "static", Address: "10.0.0.9:8000"}}
+	cfg.Discovery.Mode, cfg.Discovery.DNS.Name, cfg.Discovery.DNS.HTTPPort = "dns", "localhost", 18000
+	cfg.Discovery.KVEventsEndpoint = "tcp://{ip}:{port}"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(changes, 100)
+	a.Registry.Subscribe(ch)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, Listeners{}) }()
+	deadline := time.After(10 * time.Second)
+	for {
+		w, ok := a.Registry.Get("127.0.0.1:18000")
+		if ok {
+			if w.KVEvents.Endpoint != "tcp://127.0.0.1:5557" || len(w.Models) != 1 || w.Models[0] != "m" {
+				t.Fatalf("discovered worker built from the discovery keys: %+v", w)
+			}
+			if _, ok := a.Registry.Get("static"); !ok {
+				t.Fatal("static workers stay beside discovered ones")
+			}
+			break
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("localhost was never discovered; registry: %v", a.Registry.All())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestRunFailsWhenKubernetesIsUnreachable(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	cfg := config.Default()
+	cfg.Discovery.Mode, cfg.Discovery.Kubernetes.Service = "kubernetes", "vllm"
+	a, err := New(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(t.Context(), Listeners{}); err == nil {
+		t.Fatal("outside a cluster, kubernetes discovery must fail the start, not route to nothing silently")
+	}
+}
+
+func TestStaticWorkersAreCounted(t *testing.T) {
+	cfg := config.Default()
+	cfg.Workers = []config.Worker{{Address: "10.0.0.1:8000"}, {Address: "10.0.0.2:8000"}}
+	a, err := New(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := a.Run(ctx, Listeners{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(a.Metrics.Workers.Discovered.WithLabelValues("static", "ready")); n != 2 {
+		t.Fatalf("kvroute_discovery_workers{source=static,state=ready} = %v, want 2", n)
+	}
+}

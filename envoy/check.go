@@ -1,0 +1,223 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+)
+
+// Names of the Envoy extensions kvroute's configuration relies on.
+const (
+	ExtProcFilter       = "envoy.filters.http.ext_proc"
+	RouterFilter        = "envoy.filters.http.router"
+	HTTPProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+)
+
+// Sentinel errors of Check, one per rule; each problem wraps one of them.
+var (
+	ErrMissing           = errors.New("required part missing")
+	ErrUnknownCluster    = errors.New("reference to an undefined cluster")
+	ErrOriginalDst       = errors.New("ORIGINAL_DST cluster misconfigured")
+	ErrDestinationHeader = errors.New("destination header differs from kvroute's")
+	ErrExtProcNotHTTP2   = errors.New("ext_proc cluster is not HTTP/2")
+	ErrNoHealthCheck     = errors.New("ext_proc cluster has no gRPC health check")
+	ErrProcessingMode    = errors.New("ext_proc processing mode unusable by kvroute")
+	ErrFullDuplex        = errors.New("FULL_DUPLEX_STREAMED misconfigured")
+	ErrMetadataNamespace = errors.New("ext_proc does not accept kvroute's metadata namespace")
+	ErrModeOverride      = errors.New("ext_proc allows mode override")
+	ErrFilterOrder       = errors.New("ext_proc must come before the router")
+)
+
+// Expect is what Check compares the Envoy configuration with: kvroute's own settings.
+type Expect struct {
+	// DestinationHeader is kvroute's extproc.destination_header; every ORIGINAL_DST
+	// cluster must read it.
+	DestinationHeader string
+	// MetadataNamespace is kvroute's extproc.metadata_namespace ("" = not required).
+	MetadataNamespace string
+	// KnownClusters are clusters defined elsewhere (e.g. by Istio) that references may
+	// name.
+	KnownClusters []string
+}
+
+// Check verifies what protobuf rules cannot, across every message reachable from roots
+// (Any payloads included): at least one ext_proc filter and one ORIGINAL_DST cluster
+// exist; every referenced cluster is defined; ORIGINAL_DST clusters use
+// CLUSTER_PROVIDED and read e.DestinationHeader; each ext_proc cluster speaks HTTP/2
+// and has a gRPC health check; request headers are sent (kvroute must see the request
+// to route it); FULL_DUPLEX_STREAMED has trailers SEND and no failure_mode_allow; the
+// metadata namespace is accepted; mode override is off; and in every
+// http_connection_manager the ext_proc filter precedes the router, which is last.
+// It returns every problem found, joined; each wraps one of the sentinel errors.
+func Check(e Expect, roots ...proto.Message) error {
+	var (
+		clusters = map[string]*clusterv3.Cluster{}
+		refs     []string
+		extprocs []*extprocv3.ExternalProcessor
+		hcms     []*hcmv3.HttpConnectionManager
+		errs     []error
+	)
+	bad := func(sentinel error, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...)))
+	}
+	for _, r := range roots {
+		err := Walk(r, func(m proto.Message, _ bool) error {
+			switch x := m.(type) {
+			case *clusterv3.Cluster:
+				clusters[x.GetName()] = x
+			case *routev3.RouteAction:
+				if c := x.GetCluster(); c != "" {
+					refs = append(refs, c)
+				}
+			case *routev3.WeightedCluster_ClusterWeight:
+				refs = append(refs, x.GetName())
+			case *corev3.GrpcService_EnvoyGrpc:
+				refs = append(refs, x.GetClusterName())
+			case *extprocv3.ExternalProcessor:
+				extprocs = append(extprocs, x)
+			case *hcmv3.HttpConnectionManager:
+				hcms = append(hcms, x)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, r := range refs {
+		if _, ok := clusters[r]; !ok && !slices.Contains(e.KnownClusters, r) {
+			bad(ErrUnknownCluster, "cluster %q is referenced but not defined", r)
+		}
+	}
+	if len(extprocs) == 0 {
+		bad(ErrMissing, "no %s filter", ExtProcFilter)
+	}
+	originalDst := 0
+	for _, name := range sortedKeys(clusters) {
+		c := clusters[name]
+		if c.GetType() != clusterv3.Cluster_ORIGINAL_DST {
+			continue
+		}
+		originalDst++
+		if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
+			bad(ErrOriginalDst, "cluster %q: lb_policy %s, want CLUSTER_PROVIDED", name, c.GetLbPolicy())
+		}
+		if c.GetLoadAssignment() != nil {
+			bad(ErrOriginalDst, "cluster %q: an ORIGINAL_DST cluster takes no load_assignment", name)
+		}
+		od := c.GetOriginalDstLbConfig()
+		if !od.GetUseHttpHeader() {
+			bad(ErrOriginalDst, "cluster %q: original_dst_lb_config.use_http_header must be true", name)
+		}
+		if h := od.GetHttpHeaderName(); h != e.DestinationHeader {
+			bad(ErrDestinationHeader, "cluster %q reads %q, kvroute writes %q", name, h, e.DestinationHeader)
+		}
+	}
+	if originalDst == 0 {
+		bad(ErrMissing, "no ORIGINAL_DST cluster to route to the worker kvroute picks")
+	}
+	for i, x := range extprocs {
+		where := fmt.Sprintf("ext_proc filter #%d", i+1)
+		if name := x.GetGrpcService().GetEnvoyGrpc().GetClusterName(); name == "" {
+			bad(ErrMissing, "%s: grpc_service.envoy_grpc.cluster_name is required", where)
+		} else if c, ok := clusters[name]; ok {
+			if !isHTTP2(c) {
+				bad(ErrExtProcNotHTTP2, "%s: cluster %q needs typed_extension_protocol_options %s with explicit_http_config.http2_protocol_options", where, name, HTTPProtocolOptions)
+			}
+			if !hasGRPCHealthCheck(c) {
+				bad(ErrNoHealthCheck, "%s: cluster %q has no grpc_health_check", where, name)
+			}
+		}
+		pm := x.GetProcessingMode()
+		if pm.GetRequestHeaderMode() == extprocv3.ProcessingMode_SKIP {
+			bad(ErrProcessingMode, "%s: request_header_mode SKIP: kvroute would never see requests", where)
+		}
+		if pm.GetResponseHeaderMode() == extprocv3.ProcessingMode_SKIP {
+			bad(ErrProcessingMode, "%s: response_header_mode SKIP: kvroute could not observe first tokens or release bookings", where)
+		}
+		const fd = extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
+		if pm.GetRequestBodyMode() == fd && pm.GetRequestTrailerMode() != extprocv3.ProcessingMode_SEND {
+			bad(ErrFullDuplex, "%s: request_body_mode FULL_DUPLEX_STREAMED requires request_trailer_mode SEND", where)
+		}
+		if pm.GetResponseBodyMode() == fd && pm.GetResponseTrailerMode() != extprocv3.ProcessingMode_SEND {
+			bad(ErrFullDuplex, "%s: response_body_mode FULL_DUPLEX_STREAMED requires response_trailer_mode SEND", where)
+		}
+		if (pm.GetRequestBodyMode() == fd || pm.GetResponseBodyMode() == fd) && x.GetFailureModeAllow() {
+			bad(ErrFullDuplex, "%s: failure_mode_allow cannot be used with FULL_DUPLEX_STREAMED", where)
+		}
+		if ns := e.MetadataNamespace; ns != "" && !slices.Contains(x.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(), ns) {
+			bad(ErrMetadataNamespace, "%s: metadata_options.receiving_namespaces.untyped must contain %q", where, ns)
+		}
+		if x.GetAllowModeOverride() {
+			bad(ErrModeOverride, "%s: allow_mode_override must be false", where)
+		}
+	}
+	for i, h := range hcms {
+		checkFilterOrder(fmt.Sprintf("http_connection_manager #%d (%s)", i+1, h.GetStatPrefix()), h.GetHttpFilters(), bad)
+	}
+	return errors.Join(errs...)
+}
+
+func checkFilterOrder(where string, fs []*hcmv3.HttpFilter, bad func(error, string, ...any)) {
+	ext, rt := -1, -1
+	for i, f := range fs {
+		switch f.GetName() {
+		case ExtProcFilter:
+			if ext < 0 {
+				ext = i
+			}
+		case RouterFilter:
+			rt = i
+		}
+	}
+	switch {
+	case rt != len(fs)-1:
+		bad(ErrFilterOrder, "%s: %s must be the last http filter", where, RouterFilter)
+	case ext < 0:
+		bad(ErrFilterOrder, "%s: no %s filter", where, ExtProcFilter)
+	case ext > rt:
+		bad(ErrFilterOrder, "%s: %s after the router never runs", where, ExtProcFilter)
+	}
+}
+
+func isHTTP2(c *clusterv3.Cluster) bool {
+	if c.GetHttp2ProtocolOptions() != nil { //nolint:staticcheck // deprecated form still accepted by Envoy
+		return true
+	}
+	a, ok := c.GetTypedExtensionProtocolOptions()[HTTPProtocolOptions]
+	if !ok {
+		return false
+	}
+	var o httpv3.HttpProtocolOptions
+	if err := a.UnmarshalTo(&o); err != nil {
+		return false
+	}
+	return o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil
+}
+
+func hasGRPCHealthCheck(c *clusterv3.Cluster) bool {
+	for _, h := range c.GetHealthChecks() {
+		if h.GetGrpcHealthCheck() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,80 @@
+// Package tokenize turns a parsed request into the token ids the engine (vLLM) will
+// compute: chat template rendering, tokenizer.json byte-level BPE, and the fallback
+// chain local → the worker's POST /tokenize → none. The prefix index only helps when
+// these ids equal the engine's, so exactness is tested id for id against Hugging Face's
+// own tokenizers and jinja2 (testdata/gen, make tokenizer-goldens).
+//
+// # Public API
+//
+// Loading and encoding (the simulator's /tokenize uses these directly):
+//
+//	m, err := tokenize.LoadModel(".cache/tokenizers/qwen3", tokenize.Options{})
+//	ids := m.EncodeText("Hello", true)  // tokenizer.encode(text, add_special_tokens=True)
+//	text, err := m.RenderChat(req)       // the chat template, as vLLM renders it
+//	ids = m.EncodeText(text, false)      // chat prompts: add_special_tokens=False
+//	idss, err := tokenize.LocalTokens(m, req) // both steps, per API, with vLLM's defaults
+//
+// LoadModel accepts a Hugging Face layout directory (tokenizer.json,
+// tokenizer_config.json, optional chat_template.jinja / chat_template.json) or a hub
+// cache entry (models--org--name; the refs/main snapshot). It fails with ErrUnsupported
+// for anything it cannot compute exactly (SentencePiece-style BPE such as Gemma, an
+// unknown pre-tokenizer pattern, …) and ErrNoTokenizer when the files are absent. A
+// chat template the engine cannot compile or render is reported by ChatError at load
+// time; EncodeText still works.
+//
+// Routing: Service implements Tokenizer over per-model path chains (ModelConfig.Paths,
+// PathLocal and PathRemote in any order), records which path served each request in
+// Result.Path, returns PathNone with a Degraded reason when every path failed, counts
+// paths, failures and degraded requests in metrics.Tokenize, and reports per-model path
+// health (Health, served at GET /debug/tokenize).
+//
+// # Supported tokenizers
+//
+// Byte-level BPE with the pre-tokenizer patterns of Qwen2/2.5/3, Llama 3.x, DeepSeek V3
+// and gpt-oss (o200k); normalizers none and NFC; post-processors ByteLevel and
+// TemplateProcessing, plus transformers' rebuild of the post-processor for
+// LlamaTokenizerFast/GemmaTokenizerFast from add_bos_token/add_eos_token. Merge
+// priority is the merges list order (no assumption that ranks equal ids). gpt-oss has
+// no Jinja chat template (vLLM renders it with openai_harmony): its chat requests fail
+// over to the remote path.
+//
+// # How it is fast
+//
+//   - Added tokens (<|im_start|>, …) are split out first, with one IndexByte scan, so
+//     BPE never sees them; user text containing them is matched as vLLM does.
+//   - Pre-tokenizers are hand-written matchers of the regular expressions (Go's regexp
+//     lacks lookahead and Oniguruma's leftmost-first alternation); see pretok.go.
+//   - BPE uses an open-addressing pair table and a quadratic merge loop for short words,
+//     a heap for long ones (bpe.go).
+//   - A byte-bounded segment cache holds the ids of long text runs between added
+//     tokens. BPE cannot merge across an added token, so a run's ids do not depend on
+//     what surrounds it: the next turn of a conversation reuses every earlier message's
+//     ids and only encodes the new one (cache.go).
+//
+// # Files
+//
+//	doc.go, tokenize.go     Tokenizer interface, Path, Result, GivenOnly
+//	load.go, jsonscan.go    tokenizer.json / tokenizer_config.json, hub cache layout
+//	model.go                Model, LoadModel, EncodeText, post-processor rules
+//	bytelevel.go, bpe.go    byte-level alphabet, merges by rank
+//	pretok.go               hand-written Split pre-tokenizers
+//	added.go                added/special token splitting
+//	cache.go                byte-bounded segment cache
+//	chat.go, jsonvalue.go   chat templates, vLLM message/tool normalization, Anthropic
+//	service.go, remote.go   per-model path chains, worker /tokenize, health, metrics
+//	testdata/gen            reference generator (make tokenizer-goldens)
+//
+// # Chat rendering
+//
+// Templates run on github.com/ardanlabs/jinja, a Jinja engine written for chat
+// templates whose defaults are transformers' environment (trim_blocks, lstrip_blocks,
+// loopcontrols, tojson with ensure_ascii=False and Python separators, raise_exception,
+// strftime_now) and whose dicts keep insertion order. Request tools are re-decoded from
+// the raw JSON (request.Request.RawTools) so tojson emits the client's key order.
+// Known gap: tojson prints an integral float such as 1.0 as "1" (Python: "1.0").
+// github.com/nikolalohinski/gonja/v2 (v2.9.1) was evaluated: with TrimBlocks and
+// LeftStripBlocks set it renders plain Qwen3, Llama 3.1 and DeepSeek V3 conversations
+// correctly, but its tojson writes `[{"a":1,"name":"z<"}]` where Python writes
+// `[{"a": 1.0, "name": "z<"}]` (no spaces after separators, HTML escaping, keys
+// sorted), which breaks every template that renders tools, so it was not used.
+package tokenize

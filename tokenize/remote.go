@@ -1,0 +1,154 @@
+package tokenize
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/kvroute/kvroute/request"
+)
+
+// The remote path asks a worker serving the model for the ids: vLLM's POST /tokenize
+// (vllm/entrypoints/openai/serving_tokenization.py), chat form
+// {"model","messages","tools","add_generation_prompt","continue_final_message",
+// "chat_template_kwargs","add_special_tokens"} or completion form {"model","prompt",
+// "add_special_tokens"}; the answer is {"count","max_model_len","tokens":[…]}.
+
+// maxRemoteBody bounds a /tokenize response (ids of a 1M-token prompt are ~8 MB).
+const maxRemoteBody = 64 << 20
+
+type remoteAnswer struct {
+	Count  int      `json:"count"`
+	Tokens []uint32 `json:"tokens"`
+}
+
+func (s *Service) remote(ctx context.Context, st *modelState, req *request.Request) (Result, string) {
+	if s.address == nil {
+		return Result{}, ReasonNoWorker
+	}
+	addr, ok := s.address(st.cfg.Name)
+	if !ok || addr == "" {
+		return Result{}, ReasonNoWorker
+	}
+	timeout := st.cfg.RemoteTimeout
+	if timeout <= 0 {
+		timeout = DefaultRemoteTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	bodies, err := remoteBodies(req)
+	if err != nil {
+		return Result{}, ReasonContent
+	}
+	var res Result
+	for i, body := range bodies {
+		ids, why := s.callTokenize(ctx, addr, body)
+		if why != "" {
+			return Result{}, why
+		}
+		if i == 0 {
+			res.Tokens = ids
+		}
+		res.PromptTokens += len(ids)
+	}
+	return res, ""
+}
+
+// remoteBodies builds one /tokenize body per prompt (one for chat).
+func remoteBodies(req *request.Request) ([][]byte, error) {
+	switch req.API {
+	case request.APIChat, request.APIMessages:
+		msgs := req.Messages
+		if req.API == request.APIMessages {
+			var err error
+			if msgs, err = anthropicToChat(req.System, req.Messages); err != nil {
+				return nil, err
+			}
+		}
+		b := map[string]any{"model": req.Model, "messages": msgs}
+		if len(req.RawTools) > 0 {
+			b["tools"] = req.RawTools
+		} else if len(req.Tools) > 0 {
+			b["tools"] = req.Tools
+		}
+		if req.AddGenerationPrompt != nil {
+			b["add_generation_prompt"] = *req.AddGenerationPrompt
+		}
+		if req.ContinueFinalMessage {
+			b["continue_final_message"] = true
+		}
+		kw := map[string]any{}
+		for k, v := range req.ChatTemplateKwargs {
+			kw[k] = v
+		}
+		if req.ReasoningEffort != "" {
+			if _, ok := kw["enable_thinking"]; !ok {
+				kw["enable_thinking"] = req.ReasoningEffort != "none"
+			}
+			kw["reasoning_effort"] = req.ReasoningEffort
+		}
+		if len(kw) > 0 {
+			b["chat_template_kwargs"] = kw
+		}
+		if req.AddSpecialTokens != nil {
+			b["add_special_tokens"] = *req.AddSpecialTokens
+		}
+		data, err := json.Marshal(b)
+		return [][]byte{data}, err
+	case request.APICompletions:
+		out := make([][]byte, 0, len(req.Prompts))
+		for _, p := range req.Prompts {
+			b := map[string]any{"model": req.Model, "prompt": p}
+			if req.AddSpecialTokens != nil {
+				b["add_special_tokens"] = *req.AddSpecialTokens
+			}
+			data, err := json.Marshal(b)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, data)
+		}
+		if len(out) == 0 {
+			return nil, ErrContent
+		}
+		return out, nil
+	}
+	return nil, ErrContent
+}
+
+func (s *Service) callTokenize(ctx context.Context, addr string, body []byte) ([]uint32, string) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/tokenize", bytes.NewReader(body))
+	if err != nil {
+		return nil, ReasonTransport
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(hr)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, ReasonTimeout
+		}
+		if ctx.Err() != nil {
+			return nil, ReasonCanceled
+		}
+		return nil, ReasonTransport
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		return nil, ReasonHTTP
+	}
+	var a remoteAnswer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxRemoteBody)).Decode(&a); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, ReasonTimeout
+		}
+		return nil, ReasonDecode
+	}
+	if a.Tokens == nil || (a.Count != 0 && a.Count != len(a.Tokens)) {
+		return nil, ReasonDecode
+	}
+	return a.Tokens, ""
+}

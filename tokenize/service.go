@@ -1,0 +1,442 @@
+package tokenize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
+)
+
+// ModelConfig says how one served model is tokenized.
+type ModelConfig struct {
+	Name string // served model name, as clients send it
+	// Tokenizer is the local directory (Hugging Face layout or hub cache entry); ""
+	// means no local path. Loaded by NewService; a load error is kept and reported
+	// (Health, metrics), and the local path then fails over to the next one.
+	Tokenizer string
+	// Paths are tried in order; each of PathLocal, PathRemote at most once. Empty means
+	// [local, remote] when Tokenizer is set, else [remote].
+	Paths []Path
+	// RemoteTimeout bounds one call to the worker's /tokenize. 0 means
+	// DefaultRemoteTimeout.
+	RemoteTimeout time.Duration
+	// Model is a tokenizer already loaded (tests, the simulator); it takes precedence
+	// over Tokenizer.
+	Model *Model
+	// Base names the base model of a LoRA adapter: without its own Tokenizer or Model,
+	// the adapter uses the base model's loaded tokenizer.
+	Base string
+}
+
+// DefaultRemoteTimeout bounds a remote /tokenize call when ModelConfig.RemoteTimeout is 0.
+const DefaultRemoteTimeout = 250 * time.Millisecond
+
+// ServiceOptions build a Service.
+type ServiceOptions struct {
+	Models []ModelConfig
+	// Address returns a worker address ("ip:port") serving model, for the remote path;
+	// ok false when none is available. nil disables the remote path.
+	Address func(model string) (addr string, ok bool)
+	Client  *http.Client      // nil: a client with no overall timeout (each call has its own)
+	Metrics *metrics.Tokenize // nil: metrics.NewUnregistered().Tokenize
+	Logger  *slog.Logger      // nil: slog.Default()
+	Now     func() time.Time  // nil: time.Now
+	Load    Options           // options for the models NewService loads
+	// RemoteBackoff is how long a model skips its remote path after
+	// remoteFailureStreak consecutive remote failures (workers without /tokenize, or
+	// down), so that such a deployment does not pay a failing round trip per request.
+	// 0 means DefaultRemoteBackoff; negative disables the backoff.
+	RemoteBackoff time.Duration
+}
+
+// DefaultRemoteBackoff is ServiceOptions.RemoteBackoff's default.
+const DefaultRemoteBackoff = 5 * time.Second
+
+// remoteFailureStreak consecutive remote failures start a backoff.
+const remoteFailureStreak = 3
+
+// Service implements Tokenizer over per-model path chains: the request's own token ids
+// (PathGiven), then the configured paths in order, then PathNone with a Degraded
+// reason. It never returns an error: a request without ids is still routed (on load).
+type Service struct {
+	models  map[string]*modelState
+	names   []string
+	address func(string) (string, bool)
+	client  *http.Client
+	m       *metrics.Tokenize
+	log     *slog.Logger
+	now     func() time.Time
+	backoff time.Duration
+}
+
+type modelState struct {
+	cfg     ModelConfig
+	model   *Model
+	loadErr error
+	paths   []Path
+
+	mu      sync.Mutex // guards health, lastMod, streak and skipUntil
+	health  map[Path]*PathHealth
+	lastMod CacheStats
+	// streak counts consecutive remote failures; at remoteFailureStreak the remote
+	// path is skipped until skipUntil.
+	streak    int
+	skipUntil time.Time
+}
+
+// PathHealth is one path's record for one model, as shown by /debug/tokenize.
+type PathHealth struct {
+	Path        Path      `json:"path"`
+	Available   bool      `json:"available"` // local: tokenizer loaded; remote: an address function is set
+	Detail      string    `json:"detail,omitempty"`
+	Successes   int64     `json:"successes"`
+	Failures    int64     `json:"failures"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	LastFailure time.Time `json:"last_failure,omitzero"`
+	LastReason  string    `json:"last_reason,omitempty"`
+}
+
+// ModelHealth is one model's tokenization state.
+type ModelHealth struct {
+	Model     string       `json:"model"`
+	Tokenizer string       `json:"tokenizer,omitempty"`
+	Class     string       `json:"tokenizer_class,omitempty"`
+	Chat      string       `json:"chat_template"` // "ok" or why chat requests cannot be rendered locally
+	Paths     []PathHealth `json:"paths"`
+	Cache     CacheStats   `json:"cache"`
+}
+
+// Failure reasons (label values of kvroute_tokenize_failures_total and, for the last
+// path tried, of kvroute_tokenize_degraded_total).
+const (
+	ReasonNoTokenizer = "no_tokenizer"     // local path without a loaded tokenizer
+	ReasonNoTemplate  = "no_chat_template" // chat request, model has no usable template
+	ReasonTemplate    = "template_error"   // the template raised or failed to render
+	ReasonContent     = "unsupported_content"
+	ReasonNoWorker    = "no_worker" // remote path without a worker address
+	ReasonTimeout     = "timeout"
+	ReasonHTTP        = "http_status"
+	ReasonTransport   = "transport"
+	ReasonDecode      = "bad_response"
+	ReasonUnknown     = "unknown_model" // the request names a model with no configuration
+	ReasonNoPath      = "no_path"       // the model has no path configured
+	ReasonCanceled    = "canceled"
+	ReasonBackoff     = "backoff" // remote path skipped after repeated failures
+)
+
+// NewService loads every configured model's tokenizer and returns the service. Load
+// failures do not fail NewService; they are reported per model (Health, metrics) and
+// the model uses its other paths. Validation errors (an unknown path name) do.
+func NewService(opts ServiceOptions) (*Service, error) {
+	s := &Service{models: map[string]*modelState{}, address: opts.Address, client: opts.Client,
+		m: opts.Metrics, log: opts.Logger, now: opts.Now, backoff: opts.RemoteBackoff}
+	if s.backoff == 0 {
+		s.backoff = DefaultRemoteBackoff
+	}
+	if s.client == nil {
+		s.client = &http.Client{}
+	}
+	if s.m == nil {
+		s.m = metrics.NewUnregistered().Tokenize
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	// Base models first, so that adapters can share their loaded tokenizer.
+	ordered := make([]ModelConfig, 0, len(opts.Models))
+	for _, adapters := range []bool{false, true} {
+		for _, mc := range opts.Models {
+			if (mc.Base != "" && mc.Tokenizer == "" && mc.Model == nil) == adapters {
+				ordered = append(ordered, mc)
+			}
+		}
+	}
+	for _, mc := range ordered {
+		if _, dup := s.models[mc.Name]; dup {
+			return nil, fmt.Errorf("tokenize: model %q configured twice", mc.Name)
+		}
+		st := &modelState{cfg: mc, paths: mc.Paths, health: map[Path]*PathHealth{}}
+		if len(st.paths) == 0 {
+			if mc.Tokenizer != "" || mc.Model != nil || mc.Base != "" {
+				st.paths = []Path{PathLocal, PathRemote}
+			} else {
+				st.paths = []Path{PathRemote}
+			}
+		}
+		seen := map[Path]bool{}
+		for _, p := range st.paths {
+			if p != PathLocal && p != PathRemote {
+				return nil, fmt.Errorf("tokenize: model %q: path %q is not local or remote", mc.Name, p)
+			}
+			if seen[p] {
+				return nil, fmt.Errorf("tokenize: model %q: path %q listed twice", mc.Name, p)
+			}
+			seen[p] = true
+			st.health[p] = &PathHealth{Path: p}
+		}
+		switch {
+		case mc.Model != nil:
+			st.model = mc.Model
+		case mc.Tokenizer == "" && mc.Base != "" && s.models[mc.Base] != nil:
+			st.model, st.loadErr = s.models[mc.Base].model, s.models[mc.Base].loadErr
+		case mc.Tokenizer != "":
+			st.model, st.loadErr = LoadModel(mc.Tokenizer, opts.Load)
+			if st.loadErr != nil {
+				s.log.Warn("tokenizer not loaded; the model uses its other tokenization paths", "model", mc.Name, "dir", mc.Tokenizer, "err", st.loadErr)
+			}
+		default:
+			st.loadErr = fmt.Errorf("%w: no tokenizer directory configured", ErrNoTokenizer)
+		}
+		if h := st.health[PathLocal]; h != nil {
+			h.Available = st.model != nil
+			if st.loadErr != nil {
+				h.Detail = st.loadErr.Error()
+			}
+		}
+		if h := st.health[PathRemote]; h != nil {
+			h.Available = s.address != nil
+			if s.address == nil {
+				h.Detail = "no worker address function"
+			}
+		}
+		avail, chat := 0.0, 0.0
+		if st.model != nil {
+			avail = 1
+			if st.model.ChatError() == nil {
+				chat = 1
+			}
+		}
+		s.m.LocalAvailable.WithLabelValues(mc.Name).Set(avail)
+		s.m.ChatTemplateUse.WithLabelValues(mc.Name).Set(chat)
+		s.models[mc.Name] = st
+		s.names = append(s.names, mc.Name)
+	}
+	sort.Strings(s.names)
+	return s, nil
+}
+
+// Model returns the loaded local tokenizer of a configured model (nil if none).
+func (s *Service) Model(name string) *Model {
+	if st := s.models[name]; st != nil {
+		return st.model
+	}
+	return nil
+}
+
+// Tokenize implements Tokenizer. It never returns an error; a request left without ids
+// has Path PathNone and a Degraded reason.
+func (s *Service) Tokenize(ctx context.Context, req *request.Request) (Result, error) {
+	if res, ok := given(req); ok {
+		label := req.Model
+		if s.models[label] == nil {
+			label = "other"
+		}
+		s.m.Requests.WithLabelValues(label, string(PathGiven)).Inc()
+		s.m.Tokens.WithLabelValues(string(PathGiven)).Add(float64(res.PromptTokens))
+		return res, nil
+	}
+	st := s.models[req.Model]
+	if st == nil {
+		s.m.Degraded.WithLabelValues("other", ReasonUnknown).Inc()
+		s.m.Requests.WithLabelValues("other", string(PathNone)).Inc()
+		return Result{Path: PathNone, Degraded: ReasonUnknown}, nil
+	}
+	reason := ReasonNoPath
+	for _, p := range st.paths {
+		start := s.now()
+		var res Result
+		var why string
+		switch p {
+		case PathLocal:
+			res, why = s.local(st, req)
+		case PathRemote:
+			if s.skipRemote(st) {
+				why = ReasonBackoff
+			} else {
+				res, why = s.remote(ctx, st, req)
+				s.remoteOutcome(st, why)
+			}
+		}
+		s.m.Duration.WithLabelValues(string(p)).Observe(s.now().Sub(start).Seconds())
+		if p == PathLocal {
+			s.observeCache(st)
+		}
+		if why == "" {
+			res.Path = p
+			s.record(st, p, "")
+			s.m.Requests.WithLabelValues(st.cfg.Name, string(p)).Inc()
+			s.m.Tokens.WithLabelValues(string(p)).Add(float64(res.PromptTokens))
+			return res, nil
+		}
+		s.record(st, p, why)
+		s.m.Failures.WithLabelValues(st.cfg.Name, string(p), why).Inc()
+		reason = string(p) + "_" + why
+		if ctx.Err() != nil {
+			reason = ReasonCanceled
+			break
+		}
+	}
+	s.m.Degraded.WithLabelValues(st.cfg.Name, reason).Inc()
+	s.m.Requests.WithLabelValues(st.cfg.Name, string(PathNone)).Inc()
+	return Result{Path: PathNone, Degraded: reason}, nil
+}
+
+// skipRemote reports whether the model's remote path is in backoff.
+func (s *Service) skipRemote(st *modelState) bool {
+	if s.backoff < 0 {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return s.now().Before(st.skipUntil)
+}
+
+// remoteOutcome tracks consecutive remote failures caused by the worker (not by the
+// request or the caller) and starts a backoff after remoteFailureStreak of them.
+func (s *Service) remoteOutcome(st *modelState, why string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch why {
+	case "":
+		st.streak = 0
+	case ReasonTimeout, ReasonTransport, ReasonHTTP, ReasonDecode, ReasonNoWorker:
+		st.streak++
+		if st.streak >= remoteFailureStreak && s.backoff > 0 {
+			st.skipUntil = s.now().Add(s.backoff)
+			st.streak = 0
+		}
+	}
+}
+
+func (s *Service) record(st *modelState, p Path, why string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	h := st.health[p]
+	if why == "" {
+		h.Successes++
+		h.LastSuccess = s.now()
+		return
+	}
+	h.Failures++
+	h.LastFailure = s.now()
+	h.LastReason = why
+}
+
+// observeCache moves the model's cache counters into the metrics as deltas.
+func (s *Service) observeCache(st *modelState) {
+	if st.model == nil {
+		return
+	}
+	cs := st.model.CacheStats()
+	st.mu.Lock()
+	prev := st.lastMod
+	st.lastMod = cs
+	st.mu.Unlock()
+	name := st.cfg.Name
+	if d := cs.Hits - prev.Hits; d > 0 {
+		s.m.CacheHits.WithLabelValues(name).Add(float64(d))
+	}
+	if d := cs.Misses - prev.Misses; d > 0 {
+		s.m.CacheMisses.WithLabelValues(name).Add(float64(d))
+	}
+	if d := cs.HitTextBytes - prev.HitTextBytes; d > 0 {
+		s.m.CacheHitBytes.WithLabelValues(name).Add(float64(d))
+	}
+	if d := cs.Evictions - prev.Evictions; d > 0 {
+		s.m.CacheEvictions.WithLabelValues(name).Add(float64(d))
+	}
+	s.m.CacheBytes.WithLabelValues(name).Set(float64(cs.Bytes))
+}
+
+// local tokenizes in process. why is "" on success, else a failure reason.
+func (s *Service) local(st *modelState, req *request.Request) (Result, string) {
+	m := st.model
+	if m == nil {
+		return Result{}, ReasonNoTokenizer
+	}
+	ids, err := LocalTokens(m, req)
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrNoTemplate):
+			return Result{}, ReasonNoTemplate
+		case errors.Is(err, ErrContent):
+			return Result{}, ReasonContent
+		default:
+			return Result{}, ReasonTemplate
+		}
+	}
+	n := 0
+	for _, p := range ids {
+		n += len(p)
+	}
+	return Result{Tokens: ids[0], PromptTokens: n}, ""
+}
+
+// LocalTokens tokenizes a request with m as vLLM would: chat and messages requests are
+// rendered with the chat template and encoded with add_special_tokens (default
+// false); each completions prompt is encoded with add_special_tokens (default true).
+// It returns one id list per prompt (one for chat).
+func LocalTokens(m *Model, req *request.Request) ([][]uint32, error) {
+	switch req.API {
+	case request.APIChat, request.APIMessages:
+		text, err := m.RenderChat(req)
+		if err != nil {
+			return nil, err
+		}
+		add := false
+		if req.AddSpecialTokens != nil {
+			add = *req.AddSpecialTokens
+		}
+		return [][]uint32{m.EncodeText(text, add)}, nil
+	case request.APICompletions:
+		if len(req.Prompts) == 0 {
+			return nil, fmt.Errorf("%w: completions request without a prompt", ErrContent)
+		}
+		add := true
+		if req.AddSpecialTokens != nil {
+			add = *req.AddSpecialTokens
+		}
+		out := make([][]uint32, len(req.Prompts))
+		for i, p := range req.Prompts {
+			out[i] = m.EncodeText(p, add)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: API %q", ErrContent, req.API)
+}
+
+// Health returns every configured model's tokenization state, sorted by model name.
+func (s *Service) Health() []ModelHealth {
+	out := make([]ModelHealth, 0, len(s.names))
+	for _, name := range s.names {
+		st := s.models[name]
+		mh := ModelHealth{Model: name, Tokenizer: st.cfg.Tokenizer, Chat: "ok"}
+		if st.model != nil {
+			mh.Class = st.model.Class
+			mh.Tokenizer = st.model.Dir
+			mh.Cache = st.model.CacheStats()
+			if err := st.model.ChatError(); err != nil {
+				mh.Chat = err.Error()
+			}
+		} else {
+			mh.Chat = "no local tokenizer"
+		}
+		st.mu.Lock()
+		for _, p := range st.paths {
+			mh.Paths = append(mh.Paths, *st.health[p])
+		}
+		st.mu.Unlock()
+		out = append(out, mh)
+	}
+	return out
+}
