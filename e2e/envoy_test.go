@@ -297,6 +297,8 @@ func TestBurstSpreadsByLoad(t *testing.T) {
 				w.hold, w.arrived = hold, arrived
 			}
 		}})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(hold) }) })
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: n}
@@ -319,12 +321,19 @@ func TestBurstSpreadsByLoad(t *testing.T) {
 	}
 	per := map[string]int{}
 	for i := 0; i < n; i++ {
-		per[<-arrived]++
+		select {
+		case w := <-arrived:
+			per[w]++
+		case err := <-errs:
+			t.Fatalf("after %d arrivals: %v", i, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of %d requests reached a worker", i, n)
+		}
 	}
 	if got := f.inFlight(); got != n {
 		t.Fatalf("in flight with all requests held = %d, want %d", got, n)
 	}
-	close(hold)
+	release.Do(func() { close(hold) })
 	wg.Wait()
 	close(errs)
 	for err := range errs {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -127,6 +128,8 @@ func TestProxyBurstSpreadsByLoad(t *testing.T) {
 			w.hold, w.arrived = hold, arrived
 		}
 	}})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(hold) }) })
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
@@ -148,9 +151,16 @@ func TestProxyBurstSpreadsByLoad(t *testing.T) {
 	}
 	per := map[string]int{}
 	for i := 0; i < n; i++ {
-		per[<-arrived]++
+		select {
+		case w := <-arrived:
+			per[w]++
+		case err := <-errs:
+			t.Fatalf("after %d arrivals: %v", i, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of %d requests reached a worker", i, n)
+		}
 	}
-	close(hold)
+	release.Do(func() { close(hold) })
 	wg.Wait()
 	close(errs)
 	for err := range errs {

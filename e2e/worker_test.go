@@ -59,6 +59,12 @@ func (w *testWorker) serve(rw http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(rw, "vllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:num_requests_running{model_name=\"m\"} 0\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0\n")
 		return
 	}
+	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+		// e.g. kvroute's remote tokenization (POST /tokenize): not offered here, so
+		// kvroute falls back to a load-only pick; only client traffic is recorded.
+		http.NotFound(rw, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	w.hits.Add(1)
 	w.mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -505,7 +507,7 @@ func TestEmptyRequestIsProtocolError(t *testing.T) {
 // A panic is recovered per stream, counted, and fails only that stream.
 func TestPanicRecovered(t *testing.T) {
 	h := newHarness(t)
-	srvOpt := Options{Router: nil, Config: config.Default().ExtProc, Metrics: h.ms}
+	srvOpt := Options{Router: nil, Config: config.Default().ExtProc, Metrics: h.ms, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ps := &panicStream{}
 	err := New(srvOpt).Process(ps)
 	if status.Code(err) != codes.Internal {
