@@ -136,7 +136,7 @@ func Parse(api API, body []byte) (*Request, error) {
 	}
 	var w wire
 	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, invalid("", "request body is not valid JSON for %s: %v", api, err)
+		return nil, decodeError(err, "")
 	}
 	if w.Model == "" {
 		return nil, invalid("model", "field 'model' is required")
@@ -152,7 +152,7 @@ func Parse(api API, body []byte) (*Request, error) {
 	}
 	if len(w.Tools) > 0 && string(w.Tools) != "null" {
 		if err := json.Unmarshal(w.Tools, &r.Tools); err != nil {
-			return nil, invalid("tools", "field 'tools' must be an array of objects: %v", err)
+			return nil, decodeError(err, "tools")
 		}
 		r.RawTools = w.Tools
 	}

@@ -87,7 +87,7 @@ func TestParseErrors(t *testing.T) {
 		{APIChat, "  \n\t", ""},
 		{APIChat, `{"model":`, ""},
 		{APIChat, `[1,2]`, ""},
-		{APIChat, `{"model":3,"messages":[]}`, ""},
+		{APIChat, `{"model":3,"messages":[]}`, "model"},
 		{APIChat, `{"messages":[{"role":"user","content":"x"}]}`, "model"},
 		{APIChat, `{"model":"m"}`, "messages"},
 		{APIChat, `{"model":"m","messages":[]}`, "messages"},
@@ -168,6 +168,46 @@ func TestSniffModel(t *testing.T) {
 	} {
 		if got := SniffModel([]byte(body)); got != want {
 			t.Errorf("SniffModel(%q) = %q, want %q", body, got, want)
+		}
+	}
+}
+
+// JSON type errors name the field and the expected JSON type, set Param, and never show
+// Go type or struct names; syntax errors say the body is not valid JSON.
+func TestParseTypeErrorMessages(t *testing.T) {
+	for _, c := range []struct {
+		api   API
+		body  string
+		param string
+		msg   string
+	}{
+		{APIChat, `{"model":"m","messages":"x"}`, "messages", "field 'messages' must be an array of objects, got string"},
+		{APIChat, `{"model":"m","messages":["x"]}`, "messages", "field 'messages' must be an array of objects, got an element of type string"},
+		{APIChat, `{"model":5,"messages":[{"role":"user"}]}`, "model", "field 'model' must be a string, got number"},
+		{APIChat, `{"model":"m","max_tokens":"x","messages":[{"role":"user"}]}`, "max_tokens", "field 'max_tokens' must be an integer, got string"},
+		{APIChat, `{"model":"m","max_tokens":1.5,"messages":[{"role":"user"}]}`, "max_tokens", "field 'max_tokens' must be an integer, got number 1.5"},
+		{APIChat, `{"model":"m","stream":"yes","messages":[{"role":"user"}]}`, "stream", "field 'stream' must be a boolean, got string"},
+		{APIChat, `{"model":"m","stream_options":{"include_usage":1},"messages":[{"role":"user"}]}`, "stream_options.include_usage", "field 'stream_options.include_usage' must be a boolean, got number"},
+		{APIChat, `{"model":"m","chat_template_kwargs":[],"messages":[{"role":"user"}]}`, "chat_template_kwargs", "field 'chat_template_kwargs' must be an object, got array"},
+		{APIChat, `{"model":"m","tools":"x","messages":[{"role":"user"}]}`, "tools", "field 'tools' must be an array of objects, got string"},
+		{APIChat, `{"model":"m","tools":[1],"messages":[{"role":"user"}]}`, "tools", "field 'tools' must be an array of objects, got an element of type number"},
+		{APIChat, `[1,2]`, "", "request body must be a JSON object, got array"},
+		{APIChat, `{"model":`, "", "request body is not valid JSON: unexpected end of JSON input (at byte 9)"},
+		{APIChat, `{"model":x}`, "", "request body is not valid JSON: invalid character 'x' looking for beginning of value (at byte 10)"},
+	} {
+		_, err := Parse(c.api, []byte(c.body))
+		e, ok := AsError(err)
+		if !ok {
+			t.Errorf("%q: err %v is not *Error", c.body, err)
+			continue
+		}
+		if e.Status != http.StatusBadRequest || e.Param != c.param || e.Message != c.msg {
+			t.Errorf("%q: got %d param %q %q, want param %q %q", c.body, e.Status, e.Param, e.Message, c.param, c.msg)
+		}
+		for _, leak := range []string{"Go struct", "wire", "interface", "map[", "[]"} {
+			if strings.Contains(e.Message, leak) {
+				t.Errorf("%q: message %q leaks %q", c.body, e.Message, leak)
+			}
 		}
 	}
 }
