@@ -196,8 +196,15 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 	}
 }
 
-// startBody prepares body accumulation, presized from content-length when known; a
-// declared length over the limit is refused at once.
+// maxBodyPrealloc caps how much of a declared content-length startBody reserves up
+// front (bytes). Presizing to the full declared length (up to max_body_bytes, 16 MiB by
+// default) would let a client that sends headers and then trickles — or never sends —
+// the body pin that much memory per stream; past this cap the buffer grows with the
+// bytes that actually arrive, and the 413 check counts those bytes.
+const maxBodyPrealloc = 256 << 10
+
+// startBody prepares body accumulation, presized from content-length when known (at
+// most maxBodyPrealloc); a declared length over the limit is refused at once.
 func (st *stream) startBody() error {
 	max := st.s.opt.Config.MaxBodyBytes
 	if st.contentLength > max {
@@ -205,7 +212,7 @@ func (st *stream) startBody() error {
 	}
 	st.awaitingBody = true
 	if st.reqMode != modeBuffered && st.contentLength > 0 {
-		st.body = make([]byte, 0, st.contentLength)
+		st.body = make([]byte, 0, min(st.contentLength, maxBodyPrealloc))
 	}
 	return nil
 }
