@@ -136,6 +136,14 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	}
 	start := time.Now()
 	r.mu.Lock()
+	// prepare ran without r.mu: a worker may have left the registry since. Its removal
+	// listener needs r.mu, so a worker still registered now is cleaned up after this
+	// booking, and one already gone must not be booked (it would re-create its flight,
+	// gauges and speculative index entries after the cleanup).
+	if cands = r.liveLocked(cands); len(cands) == 0 {
+		r.mu.Unlock()
+		return nil, r.noHealthy(req.Model)
+	}
 	for i := range cands {
 		if f := r.flights[cands[i].Worker.Name]; f != nil {
 			cands[i].Booked = f.booked
@@ -237,9 +245,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 			Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
 	}
 	if len(ws) == 0 {
-		r.m.Errors.WithLabelValues("no_worker").Inc()
-		return nil, nil, &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable",
-			Message: fmt.Sprintf("no healthy worker serves model %q", req.Model)}
+		return nil, nil, r.noHealthy(req.Model)
 	}
 	md, ok := r.models[req.Model]
 	if !ok {
@@ -288,6 +294,25 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		}
 	}
 	return in, cands, nil
+}
+
+// noHealthy counts and returns the 503 for a model with no healthy worker.
+func (r *Router) noHealthy(model string) *Error {
+	r.m.Errors.WithLabelValues("no_worker").Inc()
+	return &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable",
+		Message: fmt.Sprintf("no healthy worker serves model %q", model)}
+}
+
+// liveLocked drops, in place, the candidates whose worker is no longer the one
+// registered under its name (removed, or replaced with a changed one). Caller holds r.mu.
+func (r *Router) liveLocked(cands []scoring.Candidate) []scoring.Candidate {
+	out := cands[:0]
+	for _, c := range cands {
+		if w, ok := r.opt.Registry.Get(c.Worker.Name); ok && w == c.Worker {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (r *Router) gaugesLocked(worker string, f *flight) {
