@@ -321,7 +321,7 @@ func TestOversizeContentLength(t *testing.T) {
 	checkImmediate(t, s.recv(), 413, "invalid_request_error")
 }
 
-// No healthy worker → 503.
+// No healthy worker → 503 with retry-after: 1.
 func TestNoHealthyWorker(t *testing.T) {
 	h := newHarness(t)
 	h.reg.SetHealthy("w1", false)
@@ -330,7 +330,11 @@ func TestNoHealthyWorker(t *testing.T) {
 	s.send(withPC(hdrs(false, post("/v1/chat/completions")...), modeBuffered, modeStreamed))
 	s.recv()
 	s.send(body(chatBody, true))
-	checkImmediate(t, s.recv(), 503, "service_unavailable")
+	r := s.recv()
+	checkImmediate(t, r, 503, "service_unavailable")
+	if ra := headerIn(r.GetImmediateResponse().GetHeaders(), "retry-after"); ra != "1" {
+		t.Fatalf("retry-after = %q, want 1", ra)
+	}
 }
 
 func checkImmediate(t *testing.T, r *extprocv3.ProcessingResponse, status int, typ string) {

@@ -19,7 +19,9 @@ type Reply struct {
 	// {"error":{"message":…,"type":…,"param":…,"code":Status}}.
 	Body []byte
 	// Header holds the response headers besides the framing ones: always
-	// content-type: application/json, plus retry-after (whole seconds, rounded up) on 429.
+	// content-type: application/json, plus retry-after (whole seconds, rounded up; 1
+	// when the error gives none) on 429 shed and 503 no healthy worker — health comes
+	// back with the next /metrics scrape (scoring.scrape.interval, 1 s by default).
 	Header [][2]string
 	// Details is a short machine-readable cause (no spaces) for logs and Envoy's
 	// %RESPONSE_CODE_DETAILS%, e.g. "kvroute_unknown_model".
@@ -33,8 +35,10 @@ var ErrUpstream = errors.New("upstream worker unavailable")
 // ErrorReply maps any error of a request's journey to its reply, in one place:
 //
 //   - *request.Error (malformed body, 413 body too large): its 4xx and type;
-//   - *Error from Pick: 404 unknown model, 503 no healthy worker, 429 shed with Retry-After;
-//   - ErrUpstream: 502 upstream_error;
+//   - *Error from Pick: 404 unknown model, 503 no healthy worker and 429 shed, both
+//     with Retry-After;
+//   - ErrUpstream: 502 upstream_error, message "upstream worker unavailable" (the
+//     wrapped cause is for logs: it names the backend's address);
 //   - context.Canceled / DeadlineExceeded (the client or Envoy went away): 503;
 //   - anything else: 500 internal_error.
 func ErrorReply(err error) Reply {
@@ -62,7 +66,9 @@ func ErrorReply(err error) Reply {
 			details = "kvroute_no_healthy_worker"
 		}
 	} else if errors.Is(err, ErrUpstream) {
-		status, typ, msg, details = http.StatusBadGateway, "upstream_error", "the chosen worker could not be reached: "+err.Error(), "kvroute_upstream_error"
+		// The cause (e.g. "dial tcp 10.0.0.7:8000: connection refused") names a backend
+		// address: fronts log it; the client gets only the fixed message.
+		status, typ, msg, details = http.StatusBadGateway, "upstream_error", ErrUpstream.Error(), "kvroute_upstream_error"
 	} else if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		status, typ, msg, details = http.StatusServiceUnavailable, "service_unavailable", "request cancelled while routing", "kvroute_cancelled"
 	} else {
@@ -73,7 +79,7 @@ func ErrorReply(err error) Reply {
 	}
 	r := Reply{Status: status, Body: request.ErrorJSON(status, typ, param, msg), Details: details,
 		Header: [][2]string{{"content-type", "application/json"}}}
-	if status == http.StatusTooManyRequests {
+	if status == http.StatusTooManyRequests || (status == http.StatusServiceUnavailable && details == "kvroute_no_healthy_worker") {
 		if retryAfter <= 0 {
 			retryAfter = time.Second
 		}

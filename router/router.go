@@ -63,7 +63,7 @@ type Error struct {
 	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed
 	Type       string // OpenAI error type
 	Message    string
-	RetryAfter time.Duration // for 429
+	RetryAfter time.Duration // for 429 (and 503); 0 → ErrorReply's 1 s
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -116,6 +116,10 @@ func New(opt Options) *Router {
 	opt.Registry.Subscribe(registryListener{r})
 	return r
 }
+
+// Registry returns the worker registry the router picks from (fronts use it for
+// passive health: a worker that refuses connections is marked unhealthy).
+func (r *Router) Registry() *workers.Registry { return r.opt.Registry }
 
 // Policy returns the scoring policy in use.
 func (r *Router) Policy() scoring.Policy { return r.opt.Policy }
