@@ -68,14 +68,26 @@ func TestProxyUpstreamFailures(t *testing.T) {
 	if testutil.ToFloat64(f.app.Metrics.Router.TicketsReleased.WithLabelValues("done")) != 1 || f.inFlight() != 0 {
 		t.Fatal("a 5xx completes the ticket")
 	}
-	// A worker that is down: 502 with the OpenAI error JSON, ticket aborted.
+	// Workers that are down: the first refused connection marks its worker unhealthy
+	// and is retried once on another pick; that one fails too → 502 with the OpenAI
+	// error JSON (no backend address), both tickets aborted.
 	for _, w := range f.workers {
 		w.srv.Close()
 	}
 	st, h, body := f.do("POST", "/v1/chat/completions", chatStream)
 	checkOpenAIError(t, st, h, body, 502, "upstream_error")
-	if testutil.ToFloat64(f.app.Metrics.ExtProc.Aborts.WithLabelValues("upstream_error")) != 1 || f.inFlight() != 0 {
-		t.Fatal("an unreachable worker aborts the ticket")
+	if strings.Contains(body, "127.0.0.1") {
+		t.Fatalf("502 body leaks the backend address: %q", body)
+	}
+	unhealthy := 0
+	for _, w := range f.workers {
+		if !f.app.Registry.Healthy(w.name) {
+			unhealthy++
+		}
+	}
+	if testutil.ToFloat64(f.app.Metrics.ExtProc.Aborts.WithLabelValues("upstream_error")) != 2 || f.inFlight() != 0 || unhealthy != 2 {
+		t.Fatalf("unreachable workers: want 2 attempts aborted and 2 workers marked unhealthy, got %v and %d",
+			testutil.ToFloat64(f.app.Metrics.ExtProc.Aborts.WithLabelValues("upstream_error")), unhealthy)
 	}
 	for _, w := range f.workers {
 		f.app.Registry.SetHealthy(w.name, false)

@@ -5,8 +5,10 @@
 // streams the response back without buffering (SSE flushes every write), and watches
 // the body with response.Tracker exactly as the ext_proc path does: first generated
 // token → Ticket.FirstToken, end of body → Ticket.Done with usage, client disconnect
-// or upstream failure → Ticket.Abort. Refusals use router.ErrorReply, the mapping the
-// ext_proc server uses, so both fronts answer the same status and error JSON.
+// or upstream failure → Ticket.Abort. A worker that refuses the connection is marked
+// unhealthy (passive health) and the request retried once on another pick. Refusals use
+// router.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
+// same status and error JSON.
 package proxy
 
 import (
@@ -17,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -80,9 +83,11 @@ func New(opt Options) http.Handler {
 // flight is one proxied request's state, carried in the request context from
 // ServeHTTP to the ReverseProxy hooks. All hooks run on the handler's goroutine.
 type flight struct {
-	ticket *router.Ticket
-	req    *request.Request
-	ended  bool // Done or Abort called
+	ticket   *router.Ticket
+	req      *request.Request
+	ended    bool // Done or Abort called
+	mayRetry bool // first attempt: a connect failure may be retried on another worker
+	retry    bool // set by errorHandler: nothing was written, pick again
 }
 
 type flightKey struct{}
@@ -116,17 +121,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(rec, err)
 		return
 	}
-	t, err := h.opt.Router.Pick(r.Context(), req, router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)})
-	if err != nil {
-		h.writeError(rec, err)
-		return
+	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
+	// At most two attempts: a worker that refuses the connection is marked unhealthy
+	// and the request, of which nothing was sent, is picked again (see errorHandler).
+	for attempt := 0; attempt < 2; attempt++ {
+		t, err := h.opt.Router.Pick(r.Context(), req, po)
+		if err != nil {
+			h.writeError(rec, err)
+			return
+		}
+		f = &flight{ticket: t, req: req, mayRetry: attempt == 0}
+		out := r.WithContext(context.WithValue(r.Context(), flightKey{}, f))
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.ContentLength = int64(len(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		h.rp.ServeHTTP(rec, out)
+		if !f.retry {
+			return
+		}
 	}
-	f = &flight{ticket: t, req: req}
-	out := r.WithContext(context.WithValue(r.Context(), flightKey{}, f))
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	h.rp.ServeHTTP(rec, out)
 }
 
 // readBody reads at most limit bytes; a longer body is a 413.
@@ -185,6 +198,14 @@ func (h *handler) modifyResponse(resp *http.Response) error {
 
 // errorHandler runs when the worker could not be reached or the response could not be
 // read before headers: the ticket is aborted; the client gets 502 unless it is gone.
+//
+// Passive health: when the connection itself failed (a dial error: refused, no route,
+// connect timeout), the worker is marked unhealthy in the registry so that no later
+// pick chooses it until the /metrics scraper's next successful scrape marks it healthy
+// again (workers.Scraper sets healthy on every success). Nothing reached the worker, so
+// the first such failure is retried once on a worker the router picks anew (ServeHTTP).
+// Failures after the connection was made (reset before headers) are not retried: the
+// worker may have started on the request.
 func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	f, _ := r.Context().Value(flightKey{}).(*flight)
 	if r.Context().Err() != nil {
@@ -194,11 +215,30 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 		return
 	}
 	h.m.ProxyUpstreamErrors.Inc()
+	worker, addr := "", ""
 	if f != nil {
 		h.abort(f, "upstream_error")
+		worker, addr = f.ticket.Worker, f.ticket.Address
 	}
-	h.log.Debug("proxy: upstream error", "err", err)
+	if f != nil && isDialError(err) {
+		h.opt.Router.Registry().SetHealthy(worker, false)
+		h.log.Warn("proxy: worker unreachable, marked unhealthy until its next successful scrape",
+			"worker", worker, "address", addr, "retry", f.mayRetry, "err", err)
+		if f.mayRetry {
+			f.retry = true
+			return
+		}
+	} else {
+		h.log.Warn("proxy: upstream error", "worker", worker, "address", addr, "err", err)
+	}
 	h.writeError(w, fmt.Errorf("%w: %v", router.ErrUpstream, err))
+}
+
+// isDialError reports whether err is a failure to open the connection (net.Dialer via
+// http.Transport: *net.OpError with Op "dial"), i.e. nothing of the request was sent.
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 func (h *handler) abort(f *flight, reason string) {
