@@ -26,8 +26,7 @@ func (a *App) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/workers", a.debugWorkers)
 	mux.HandleFunc("GET /debug/index", a.debugIndex)
 	mux.HandleFunc("GET /debug/tokenize", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"models": a.Tokenize.Health()})
+		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
 	})
 	mux.HandleFunc("GET /debug/explain", a.debugExplain)
 	return mux

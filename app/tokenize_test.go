@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kvroute/kvroute/config"
@@ -37,6 +38,24 @@ func TestDebugTokenize(t *testing.T) {
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatal(err)
+	}
+	// The cache object uses snake_case names, and the document is indented like the
+	// other debug routes.
+	var raw struct {
+		Models []struct {
+			Cache map[string]any `json:"cache"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil || len(raw.Models) != 1 {
+		t.Fatalf("%v %s", err, rec.Body)
+	}
+	for _, k := range []string{"hits", "misses", "hit_text_bytes", "miss_text_bytes", "evictions", "bytes", "entries"} {
+		if _, ok := raw.Models[0].Cache[k]; !ok || len(raw.Models[0].Cache) != 7 {
+			t.Errorf("cache object %v: want exactly the snake_case keys, missing %q", raw.Models[0].Cache, k)
+		}
+	}
+	if !strings.HasPrefix(rec.Body.String(), "{\n  \"models\"") || rec.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("want indented JSON, got %q", rec.Body.String()[:min(40, rec.Body.Len())])
 	}
 	if len(out.Models) != 1 || len(out.Models[0].Paths) != 2 {
 		t.Fatalf("body %s", rec.Body)

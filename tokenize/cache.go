@@ -93,13 +93,15 @@ func (c *segmentCache) put(s string, ids []uint32) {
 }
 
 // CacheStats describes a model's segment cache.
+// The JSON names are what GET /debug/tokenize shows.
 type CacheStats struct {
-	Hits, Misses  int64 // lookups of runs at least MinCachedSegment long
-	HitTextBytes  int64 // text bytes served from the cache
-	MissTextBytes int64 // text bytes encoded on a miss
-	Evictions     int64
-	Bytes         int64 // charged size now
-	Entries       int
+	Hits          int64 `json:"hits"`            // lookups of runs at least MinCachedSegment long
+	Misses        int64 `json:"misses"`          // idem, not found
+	HitTextBytes  int64 `json:"hit_text_bytes"`  // text bytes served from the cache
+	MissTextBytes int64 `json:"miss_text_bytes"` // text bytes encoded on a miss
+	Evictions     int64 `json:"evictions"`       // entries evicted (LRU, over the byte budget)
+	Bytes         int64 `json:"bytes"`           // charged size now
+	Entries       int   `json:"entries"`         // entries held now
 }
 
 // CacheStats returns the segment cache's counters (zero when the cache is disabled).
