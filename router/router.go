@@ -211,8 +211,13 @@ type Explanation struct {
 }
 
 // Explain computes what Pick would decide for req, without booking, speculating or
-// changing any policy state visible to later picks... except that stateful baselines
-// (round robin) may advance; kvroute's own policy is pure.
+// changing policy state: it sets scoring.Input.DryRun, under which every policy decides
+// as usual but does not advance round robin, update Dynamo's running mean, insert into
+// GIE's LRU or SGLang's radix tree, log its decision or count metrics (scoring.go,
+// baselines.go, dynamo.go, gie.go, sglang.go, kvroute.go). The one thing a dry run
+// shares with a real pick is the injected random source: policies that draw from it
+// (random, tie-breaks, Dynamo's temperature) consume draws, which shifts no
+// distribution. Errors are *Error, as for Pick.
 func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOptions) (*Explanation, error) {
 	in, cands, err := r.prepare(ctx, req, opt)
 	if err != nil {
@@ -220,6 +225,9 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if cands = r.liveLocked(cands); len(cands) == 0 {
+		return nil, r.noHealthy(req.Model)
+	}
 	for i := range cands {
 		if f := r.flights[cands[i].Worker.Name]; f != nil {
 			cands[i].Booked = f.booked
