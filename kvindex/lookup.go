@@ -5,7 +5,7 @@ import "math/bits"
 // walkSet is Lookup's walk when at most 64 workers hold keys[0]. found[c] is candidate
 // c (Blocks 1, its keys[0] tier counted); cnt[id] > 0 and pos[id] == c for candidates.
 // The still-matching candidates are one uint64 bitset, so a holder costs a byte load
-// (its candidate number), a flag test and an OR — no per-holder counter store, no
+// (its candidate bit), a flag test and an OR — no per-holder counter store, no
 // string or map access. Tier counts other than GPU are added per holder (rare);
 // GPU = Blocks − the others at the end. The walk stops at the first key that leaves
 // the set empty, or that no worker holds.
@@ -15,17 +15,17 @@ import "math/bits"
 // overflow chunk loaded) just before, so the cache misses of 8 keys overlap instead of
 // being paid one by one.
 func (ix *Index) walkSet(keys []Key, found []Match, cnt, pos []int32, dst []Match, now uint32) []Match {
-	// cand[id] is id's candidate number + 1 (0: not a candidate).
-	var candBuf [128]uint8
-	var cand []uint8
-	if len(cnt) <= len(candBuf) {
-		cand = candBuf[:len(cnt)]
+	// bit[id] is id's candidate bit (0: not a candidate).
+	var bitBuf [128]uint64
+	var bit []uint64
+	if len(cnt) <= len(bitBuf) {
+		bit = bitBuf[:len(cnt)]
 	} else {
-		cand = make([]uint8, len(cnt))
+		bit = make([]uint64, len(cnt))
 	}
 	for id, v := range cnt {
 		if v > 0 {
-			cand[id] = uint8(pos[id]) + 1
+			bit[id] = 1 << pos[id]
 		}
 	}
 	alive := ^uint64(0) >> (64 - len(found))
@@ -68,24 +68,16 @@ walk:
 			var m uint64
 			for _, h := range ix.shards[shardOf(keys[i])].holdersAt(int(slot)) {
 				id := int(h.wf & idMask)
-				if id >= len(cand) || cand[id] == 0 {
+				if id >= len(bit) {
 					continue
 				}
-				bit := uint64(1) << (cand[id] - 1)
-				switch {
-				case h.wf&fSpec == 0 && h.refs&(1<<tierBits-1) != 0: // confirmed, GPU
-				case h.wf&fSpec != 0: // speculative: GPU until it expires
-					if h.wf&fNoExp == 0 && after(now, h.stamp) {
-						continue
-					}
-				case h.refs == 0:
+				if h.wf&fSpec == 0 && h.refs&(1<<tierBits-1) != 0 { // confirmed, GPU: the common case
+					m |= bit[id]
 					continue
-				default: // confirmed, fastest tier below GPU
-					if alive&bit != 0 {
-						found[cand[id]-1].ByTier[bits.TrailingZeros16(h.refs)/tierBits]++
-					}
 				}
-				m |= bit
+				if b := bit[id]; b != 0 {
+					m |= ix.liveBit(h, b, alive, found, now)
+				}
 			}
 			for drop := alive &^ m; drop != 0; drop &= drop - 1 {
 				length[bits.TrailingZeros64(drop)] = int32(i)
@@ -107,4 +99,23 @@ walk:
 	}
 	lookupSink.Add(ahead & 1)
 	return dst
+}
+
+// liveBit returns b when holder h (of candidate bit b, not a confirmed GPU holder) is
+// live at tick now, adding its block to the candidate's tier count when it is below
+// GPU and the candidate still matches (b in alive); 0 when h does not count.
+func (ix *Index) liveBit(h holder, b, alive uint64, found []Match, now uint32) uint64 {
+	switch {
+	case h.wf&fSpec != 0: // speculative: GPU until it expires
+		if h.wf&fNoExp == 0 && after(now, h.stamp) {
+			return 0
+		}
+	case h.refs == 0:
+		return 0
+	default: // confirmed, fastest tier below GPU
+		if alive&b != 0 {
+			found[bits.TrailingZeros64(b)].ByTier[bits.TrailingZeros16(h.refs)/tierBits]++
+		}
+	}
+	return b
 }
