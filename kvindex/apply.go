@@ -147,12 +147,15 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32,
 
 // storeLocked adds one reference of (rank, engine hash eh) → k in tier t.
 func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now uint32, c *counts) {
-	i, e := r.slot(eh)
-	if i >= 0 && e.key != k {
-		// The engine reused a hash for other content (hash collision or a restart
-		// we missed): the old mapping is gone.
-		ix.releaseLocked(w, r, eh, e)
-		i, e = -1, engEntry{}
+	i, at, d := r.t.probe(eh)
+	var e engEntry
+	if i >= 0 {
+		if e = unpack(r.t.a[i], r.t.b[i]); e.key != k {
+			// The engine reused a hash for other content (hash collision or a restart
+			// we missed): the old mapping is gone.
+			ix.releaseLocked(w, r, eh, e)
+			i, at, e = -1, -1, engEntry{}
+		}
 	}
 	if i < 0 {
 		e = engEntry{key: k}
@@ -162,7 +165,11 @@ func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now u
 	e.gen = uint8(w.gen)
 	first := e.refs[t] == 0
 	e.refs[t] = min(e.refs[t]+1, 15)
-	r.setAt(i, eh, e)
+	if i < 0 { // one probe: insert where the lookup stopped (at < 0: from the home slot)
+		r.t.insertAt(eh, e.key, packMeta(e), at, d)
+	} else {
+		r.setAt(i, eh, e)
+	}
 	if ix.confirm(k, w.id, t, first, now, c) { // a confirming store replaces a speculative entry
 		w.specLive--
 	}

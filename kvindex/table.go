@@ -277,11 +277,26 @@ func (ix *Index) removed(keyGone bool) {
 func (ix *Index) confirm(k Key, id uint16, t Tier, first bool, now uint32, c *counts) (wasSpec bool) {
 	sh := &ix.shards[shardOf(k)]
 	sh.mu.Lock()
-	slot, h := sh.locate(k, id)
+	slot, at, d := sh.t.probe(uint64(k))
+	var h *holder
+	if slot >= 0 {
+		hs := sh.holdersAt(slot)
+		for j := range hs {
+			if hs[j].id() == id {
+				h = &hs[j]
+				break
+			}
+		}
+	}
 	if h == nil {
 		nh := holder{wf: id, stamp: now}
 		nh.addRef(t, 1)
-		newKey := sh.add(k, slot, nh)
+		newKey := slot < 0
+		if newKey { // one probe: insert where the lookup stopped
+			sh.t.insertAt(uint64(k), nh, at, d)
+		} else {
+			sh.add(k, slot, nh)
+		}
 		sh.mu.Unlock()
 		ix.count(c, b2i(newKey), 1, 0)
 		return false
