@@ -12,6 +12,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -227,6 +228,51 @@ func flatten(c Config) []leaf {
 	walk("", reflect.ValueOf(c))
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out
+}
+
+// Values returns every key of c with its effective value, sorted by key; list-valued
+// keys are rendered as JSON. `kvroute config` prints them.
+func Values(c *Config) []struct{ Key, Value string } {
+	var out []struct{ Key, Value string }
+	for _, kv := range flatten(*c) {
+		v := showDefault(kv.val)
+		if k := reflect.TypeOf(kv.val).Kind(); k == reflect.Slice || k == reflect.Map {
+			if b, err := json.Marshal(plain(reflect.ValueOf(kv.val))); err == nil {
+				v = string(b)
+			}
+		}
+		out = append(out, struct{ Key, Value string }{kv.key, v})
+	}
+	return out
+}
+
+// plain converts v to maps, slices and scalars keyed by mapstructure tags (the
+// configuration's own key names), for printing.
+func plain(v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.Struct:
+		if d, ok := v.Interface().(time.Duration); ok {
+			return d.String()
+		}
+		m := map[string]any{}
+		for i := 0; i < v.NumField(); i++ {
+			if name := v.Type().Field(i).Tag.Get("mapstructure"); name != "" && name != "-" {
+				m[name] = plain(v.Field(i))
+			}
+		}
+		return m
+	case reflect.Slice:
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = plain(v.Index(i))
+		}
+		return out
+	case reflect.Int64:
+		if d, ok := v.Interface().(time.Duration); ok {
+			return d.String()
+		}
+	}
+	return v.Interface()
 }
 
 // Keys returns every configuration key with its default, for the reference docs.
