@@ -15,12 +15,14 @@ import (
 //     tokens, then at random (reason "slo"). When none meets it, fall through (or shed
 //     when ShedOnSLOMiss).
 //  3. Otherwise the lowest prediction; workers within the near-tie margin of it are
-//     ties, broken by fewest in-flight tokens (booked uncached prefill tokens, then
-//     booked requests), then at random — never by list order.
+//     ties, broken by fewest in-flight tokens (booked uncached prefill tokens), then
+//     fewest recent cache writes (writes[i], the slowest cache turnover: what this
+//     request's prefill evicts there is the oldest), then fewest booked requests, then
+//     at random — never by list order. writes may be nil.
 //
 // Without token information (Input.Degraded or no prompt tokens) the predictions hold
 // only queue and overhead terms: a load-only choice, reason "degraded".
-func choose(o *Options, in *Input, cands []Candidate, preds []Prediction) Decision {
+func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes []float64) Decision {
 	best := 0
 	for i := range preds {
 		if preds[i].TTFT < preds[best].TTFT {
@@ -41,7 +43,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction) Decisi
 		}
 		if len(meet) > 0 {
 			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cands[i].CachedTokens, 0) })
-			return Decision{Index: breakTie(o.Rand, cands, least), Reason: ReasonSLO, Predictions: preds}
+			return Decision{Index: breakTie(o.Rand, cands, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
 		if o.ShedOnSLOMiss {
 			return shed(o, preds, bestTTFT-in.SLO)
@@ -61,7 +63,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction) Decisi
 	if degraded {
 		reason = ReasonDegraded
 	}
-	return Decision{Index: breakTie(o.Rand, cands, ties), Reason: reason, Predictions: preds}
+	return Decision{Index: breakTie(o.Rand, cands, writes, ties), Reason: reason, Predictions: preds}
 }
 
 func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
@@ -70,12 +72,16 @@ func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
 }
 
 // breakTie returns one of idx: fewest booked uncached prefill tokens, then fewest
-// booked requests, then uniformly at random.
-func breakTie(rng *rand.Rand, cands []Candidate, idx []int) int {
+// recent cache writes (whole tokens; writes may be nil), then fewest booked requests,
+// then uniformly at random.
+func breakTie(rng *rand.Rand, cands []Candidate, writes []float64, idx []int) int {
 	if len(idx) == 1 {
 		return idx[0]
 	}
 	idx = minBy(idx, func(i int) int { return cands[i].Booked.PrefillTokens })
+	if writes != nil {
+		idx = minBy(idx, func(i int) int { return int(writes[i]) })
+	}
 	idx = minBy(idx, func(i int) int { return cands[i].Booked.Requests })
 	if len(idx) == 1 {
 		return idx[0]
