@@ -25,6 +25,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvindex/zmqsub"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/proxy"
 	"github.com/kvroute/kvroute/router"
@@ -39,6 +40,7 @@ type App struct {
 	Logger   *slog.Logger
 	Registry *workers.Registry
 	Index    *kvindex.Index
+	KVEvents *zmqsub.Manager // KV event subscriptions feeding Index
 	Router   *router.Router
 	Tokenize *tokenize.Service
 	Metrics  *metrics.Set
@@ -56,7 +58,24 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ms := metrics.New(reg)
 	a := &App{Config: cfg, Logger: logger, Registry: workers.NewRegistry(), Metrics: ms, Gatherer: reg, ready: make(chan struct{})}
-	a.Index = kvindex.New(kvindex.Options{SpeculativeTTL: cfg.Index.SpeculativeTTL})
+	// KV index and events: the index keyed per model namespace, and the subscriber
+	// manager that follows the registry (workers added/removed start/stop their
+	// subscriptions and release their entries).
+	var idxModels []kvindex.Model
+	for _, m := range cfg.Models {
+		idxModels = append(idxModels, kvindex.Model{Name: m.Name, Base: m.Base, BlockSize: m.BlockSize})
+	}
+	a.Index = kvindex.New(kvindex.Options{SpeculativeTTL: cfg.Index.SpeculativeTTL, MaxBytes: cfg.Index.MaxBytes,
+		Models: idxModels, DefaultBlockSize: cfg.Router.DefaultBlockSize, SpecKinds: cfg.Index.SpecKinds,
+		Metrics: ms.Index, Logger: logger})
+	kvev, err := zmqsub.New(zmqsub.Options{Index: a.Index, Metrics: ms.Index, Logger: logger, QueueSize: cfg.Index.QueueSize,
+		ReplayTimeout: cfg.Index.ReplayTimeout, ReconnectMin: cfg.Index.ReconnectMin, ReconnectMax: cfg.Index.ReconnectMax,
+		BindEndpoint: cfg.Index.BindEndpoint, TopicPattern: cfg.Index.TopicPattern, SweepEvery: cfg.Index.SweepInterval})
+	if err != nil {
+		return nil, fmt.Errorf("kv events: %w", err)
+	}
+	a.KVEvents = kvev
+	a.Registry.Subscribe(a.KVEvents)
 	policy, err := newPolicy(cfg, ms, logger)
 	if err != nil {
 		return nil, err
@@ -197,6 +216,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}()
 	}
 	goRun(func() error { a.Router.Run(ctx); return nil })
+	goRun(func() error { return a.KVEvents.Run(ctx) })
 	// Worker discovery (discovery.mode ≠ static): the source keeps the registry equal to
 	// static ∪ discovered; the router, index and subscriptions follow its listeners.
 	if src, err := a.newDiscovery(); err != nil {

@@ -1,21 +1,75 @@
 package config
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
-// Index configures the KV prefix index and its event subscriptions.
+// Index configures the KV prefix index and its KV event subscriptions.
 type Index struct {
 	// SpeculativeTTL is how long blocks booked at pick time count as cached without a
-	// confirming KV event. 0 disables speculative entries.
+	// confirming KV event. 0 disables speculative entries (and approximate mode for
+	// workers without events).
 	SpeculativeTTL time.Duration `mapstructure:"speculative_ttl"`
+	// MaxBytes caps the index's estimated memory; past it the least recently used
+	// entries are evicted. 0 means no cap.
+	MaxBytes int64 `mapstructure:"max_bytes"`
+	// QueueSize bounds each worker's queue of received, unapplied KV event messages; a
+	// full queue drops (counted) and triggers a replay of that worker.
+	QueueSize int `mapstructure:"queue_size"`
+	// ReplayTimeout bounds one replay exchange with a worker's replay endpoint.
+	ReplayTimeout time.Duration `mapstructure:"replay_timeout"`
+	// ReconnectMin and ReconnectMax bound the backoff between socket re-creations
+	// (also ZMQ's reconnect interval and its maximum).
+	ReconnectMin time.Duration `mapstructure:"reconnect_min"`
+	ReconnectMax time.Duration `mapstructure:"reconnect_max"`
+	// BindEndpoint, when set, is bound by one SUB socket that workers' publishers connect
+	// to (vLLM --kv-events-config endpoint without "*"), e.g. "tcp://*:5557". "" = off.
+	BindEndpoint string `mapstructure:"bind_endpoint"`
+	// TopicPattern attributes bind-mode messages to workers: {addr} is the worker's
+	// address, {model} a model name.
+	TopicPattern string `mapstructure:"topic_pattern"`
+	// SpecKinds are the kv_cache_spec_kind values whose KV cache groups are indexed
+	// (events without a kind, from older vLLM, always are).
+	SpecKinds []string `mapstructure:"kv_cache_spec_kinds"`
+	// SweepInterval is how often expired speculative entries are removed.
+	SweepInterval time.Duration `mapstructure:"sweep_interval"`
 }
 
 func defaultIndex() Index {
-	return Index{SpeculativeTTL: 30 * time.Second}
+	return Index{
+		SpeculativeTTL: 30 * time.Second,
+		MaxBytes:       1 << 30,
+		QueueSize:      4096,
+		ReplayTimeout:  2 * time.Second,
+		ReconnectMin:   100 * time.Millisecond,
+		ReconnectMax:   5 * time.Second,
+		TopicPattern:   "kv@{addr}@{model}",
+		SpecKinds:      []string{"full_attention"},
+		SweepInterval:  time.Second,
+	}
 }
 
 func (i Index) validate() error {
-	if i.SpeculativeTTL < 0 {
+	switch {
+	case i.SpeculativeTTL < 0:
 		return fieldErr("index.speculative_ttl", "must be ≥ 0, got %s", i.SpeculativeTTL)
+	case i.MaxBytes < 0:
+		return fieldErr("index.max_bytes", "must be ≥ 0 (0 = no cap), got %d", i.MaxBytes)
+	case i.QueueSize < 1:
+		return fieldErr("index.queue_size", "must be ≥ 1 message, got %d", i.QueueSize)
+	case i.ReplayTimeout <= 0:
+		return fieldErr("index.replay_timeout", "must be > 0, got %s", i.ReplayTimeout)
+	case i.ReconnectMin <= 0:
+		return fieldErr("index.reconnect_min", "must be > 0, got %s", i.ReconnectMin)
+	case i.ReconnectMax < i.ReconnectMin:
+		return fieldErr("index.reconnect_max", "must be ≥ index.reconnect_min (%s), got %s", i.ReconnectMin, i.ReconnectMax)
+	case !strings.Contains(i.TopicPattern, "{addr}"):
+		return fieldErr("index.topic_pattern", "must contain {addr} to attribute messages to workers, got %q", i.TopicPattern)
+	case i.BindEndpoint != "" && !strings.HasPrefix(i.BindEndpoint, "tcp://") && !strings.HasPrefix(i.BindEndpoint, "ipc://"):
+		return fieldErr("index.bind_endpoint", "must be a tcp:// or ipc:// ZMQ endpoint, got %q", i.BindEndpoint)
+	case i.SweepInterval <= 0:
+		return fieldErr("index.sweep_interval", "must be > 0, got %s", i.SweepInterval)
 	}
 	return nil
 }

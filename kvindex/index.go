@@ -4,8 +4,12 @@
 package kvindex
 
 import (
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/kvroute/kvroute/metrics"
 )
 
 // Tier is the storage medium a block is held in (vLLM's BlockStored.medium).
@@ -19,6 +23,29 @@ const (
 	NumTiers
 )
 
+var tierNames = [NumTiers]string{"GPU", "CPU", "Disk", "other"}
+
+func (t Tier) String() string {
+	if t < NumTiers {
+		return tierNames[t]
+	}
+	return "other"
+}
+
+// ParseTier maps a BlockStored/BlockRemoved medium to a tier: nil/"" and "GPU" are GPU,
+// "CPU" CPU, "DISK" Disk (any case), anything else other.
+func ParseTier(medium string) Tier {
+	switch medium {
+	case "", "GPU", "gpu", "Gpu":
+		return TierGPU
+	case "CPU", "cpu", "Cpu":
+		return TierCPU
+	case "DISK", "disk", "Disk":
+		return TierDisk
+	}
+	return TierOther
+}
+
 // Match is one worker's cached leading prefix for a looked-up key chain.
 type Match struct {
 	Worker string // worker name as registered
@@ -28,30 +55,79 @@ type Match struct {
 	ByTier [NumTiers]int
 }
 
-// Options configures an Index.
+// Mode is how much the index knows about one worker.
+type Mode uint8
+
+const (
+	// ModeNone: nothing (no events and speculation disabled).
+	ModeNone Mode = iota
+	// ModeApproximate: speculative entries only (no events configured, none received
+	// yet), or events out of sync (replay impossible or incomplete) until fresh events
+	// have covered the worker's cache again.
+	ModeApproximate
+	// ModeExact: events in sync.
+	ModeExact
+)
+
+var modeNames = [...]string{"none", "approximate", "exact"}
+
+func (m Mode) String() string { return modeNames[m] }
+
+// Model is what the index needs to know about one served model.
+type Model struct {
+	Name      string // served model name
+	Base      string // base model when Name is a LoRA adapter; "" for a base model
+	BlockSize int    // tokens per block; 0 means Options.DefaultBlockSize
+}
+
+// Options configures an Index. Zero values take the documented defaults.
 type Options struct {
 	// SpeculativeTTL is how long a block booked at pick time stays without a confirming
-	// BlockStored event. 0 disables speculative entries.
+	// BlockStored event. 0 disables speculative entries (and with them approximate mode
+	// for workers without events).
 	SpeculativeTTL time.Duration
-	// Now is the clock; nil means time.Now (virtual-time simulations inject their own).
-	Now func() time.Time
+	// MaxBytes caps the index's estimated memory; when reached, the least recently used
+	// entries are evicted (sampled LRU, see README). 0 means no cap.
+	MaxBytes int64
+	// Models lists served models: a worker's events are keyed in the namespace of its
+	// base model, with the block size configured here (confirmed by events).
+	Models []Model
+	// DefaultBlockSize is the block size of models not in Models. 0 means 16 (vLLM's).
+	DefaultBlockSize int
+	// SpecKinds are the kv_cache_spec_kind values whose groups are indexed. nil means
+	// {"full_attention"}. Events without a kind (older vLLM) are always indexed.
+	SpecKinds []string
+	Metrics   *metrics.Index   // nil: unregistered metrics
+	Logger    *slog.Logger     // nil: slog.Default()
+	Now       func() time.Time // nil: time.Now (virtual-time simulations inject their own)
 }
 
 // Index maps block keys to the workers holding them. It is safe for concurrent use.
 //
-// This first implementation is deliberately simple (maps under one RWMutex); the KV
-// index issue replaces its internals, keeping this API.
+// Layout (README.md has the details and measurements): block key → holder set in
+// nShards maps, each under its own RWMutex; per worker, per data-parallel rank,
+// engine hash → key with reference counts. Workers are interned to small ids.
+// Lock order: a worker's mu before shard locks; shard locks in increasing index order
+// (Lookup read-locks them all, writers lock one at a time). Never two workers' mu.
 type Index struct {
-	opt Options
-	mu  sync.RWMutex
-	// guarded by mu
-	blocks map[Key]map[string]entry
-}
+	opt   Options
+	m     *metrics.Index
+	log   *slog.Logger
+	base  time.Time // tick origin
+	kinds map[string]bool
+	specs map[string]Model
 
-type entry struct {
-	tier        Tier
-	speculative bool
-	expires     time.Time
+	shards [nShards]shard
+
+	wmu     sync.Mutex               // guards byName, byID, freeIDs
+	byName  map[string]*worker       //
+	byID    []*worker                // index = worker id; nil = free
+	freeIDs []uint16                 //
+	names   atomic.Pointer[[]string] // id → name, copy-on-write for lock-free Lookup
+
+	// counters for memory accounting, updated atomically by writers
+	nKeys, nHolders, nEng, nFIFO atomic.Int64
+	evictCursor                  atomic.Uint32
 }
 
 // New returns an empty Index.
@@ -59,108 +135,152 @@ func New(opt Options) *Index {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	return &Index{opt: opt, blocks: make(map[Key]map[string]entry)}
+	if opt.DefaultBlockSize <= 0 {
+		opt.DefaultBlockSize = 16
+	}
+	if opt.SpecKinds == nil {
+		opt.SpecKinds = []string{"full_attention"}
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.NewUnregistered().Index
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	ix := &Index{opt: opt, m: opt.Metrics, log: opt.Logger, base: opt.Now(), kinds: map[string]bool{"": true},
+		specs: map[string]Model{}, byName: map[string]*worker{}, byID: []*worker{nil}}
+	for _, k := range opt.SpecKinds {
+		ix.kinds[k] = true
+	}
+	for _, md := range opt.Models {
+		if md.BlockSize <= 0 {
+			md.BlockSize = opt.DefaultBlockSize
+		}
+		ix.specs[md.Name] = md
+	}
+	ix.names.Store(&[]string{""})
+	return ix
 }
+
+// lookupSink keeps the compiler from dropping Lookup's read-ahead loads.
+var lookupSink atomic.Uint64
+
+// tick is now in milliseconds since the index was created, wrapping after 49 days;
+// compare ticks with after().
+func (ix *Index) tick() uint32 { return uint32(ix.opt.Now().Sub(ix.base) / time.Millisecond) }
+
+// after reports whether tick a is later than b (valid for |a−b| < 24 days).
+func after(a, b uint32) bool { return int32(a-b) > 0 }
 
 // Lookup appends to dst, for every worker holding keys[0], how many leading keys it
-// holds, and returns dst. It stops walking as soon as no worker matches.
+// holds, and returns dst. It stops walking as soon as no worker matches. Speculative
+// entries count as GPU blocks until they expire.
+//
+// Cost: one map probe per key walked plus one step per holder of that key; all shards
+// are read-locked for the duration (in index order), so writers wait at most one
+// lookup.
 func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
-	now := ix.opt.Now()
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
+	if len(keys) == 0 {
+		return dst
+	}
+	now := ix.tick()
+	names := *ix.names.Load()
+	for i := range ix.shards {
+		ix.shards[i].mu.RLock()
+	}
+	defer func() {
+		for i := range ix.shards {
+			ix.shards[i].mu.RUnlock()
+		}
+	}()
 	base := len(dst)
-	for i, k := range keys {
-		holders := ix.blocks[k]
-		if i == 0 {
-			for w, e := range holders {
-				if e.speculative && now.After(e.expires) {
+	// cnt[id] is worker id's leading blocks so far (−1: not a candidate), pos[id] its
+	// index in dst[base:]. A holder that cannot advance costs one load and compare.
+	var cntBuf, posBuf [64]int32
+	var cnt, pos []int32
+	if len(names) <= len(cntBuf) {
+		cnt, pos = cntBuf[:len(names)], posBuf[:len(names)]
+	} else {
+		cnt, pos = make([]int32, len(names)), make([]int32, len(names))
+	}
+	for i := range cnt {
+		cnt[i] = -1
+	}
+	k0 := keys[0]
+	sh := &ix.shards[shardOf(k0)]
+	_, hs0 := sh.holders(k0)
+	for _, h := range hs0 {
+		if t, ok := h.live(now); ok && int(h.id()) < len(cnt) {
+			m := Match{Worker: names[h.id()], Blocks: 1}
+			m.ByTier[t] = 1
+			cnt[h.id()], pos[h.id()] = 1, int32(len(dst)-base)
+			dst = append(dst, m)
+		}
+	}
+	found := dst[base:]
+	if len(found) == 0 {
+		return dst
+	}
+	// Keys are processed in groups of 8: first every key's slot is found and its
+	// overflow chunk touched (independent loads, so the cache misses of 8 keys overlap
+	// instead of being paid one by one), then the group is walked.
+	const group = 8
+	var slots [group]int32
+	var ahead uint64
+	touch := func(from, to int) { // plain loads of home slots: no branches, so they overlap
+		for j := from; j < to; j++ {
+			t := &ix.shards[shardOf(keys[j])].t
+			if n := len(t.s); n > 0 {
+				ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
+			}
+		}
+	}
+	touch(1, min(1+group, len(keys)))
+	for g := 1; g < len(keys); g += group {
+		end := min(g+group, len(keys))
+		touch(end, min(end+group, len(keys))) // the next group's slots load while this one is walked
+		for j := g; j < end; j++ {
+			sh := &ix.shards[shardOf(keys[j])]
+			i := sh.t.find(uint64(keys[j]))
+			slots[j-g] = int32(i)
+			if i >= 0 {
+				if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {
+					ahead += uint64(sh.arena[h.stamp].wf)
+				}
+			}
+		}
+		for i := g; i < end; i++ {
+			if slots[i-g] < 0 {
+				return finish(found, cnt, pos, dst, ahead)
+			}
+			sh := &ix.shards[shardOf(keys[i])]
+			advanced := 0
+			for _, h := range sh.holdersAt(int(slots[i-g])) {
+				id := int(h.wf & idMask)
+				if id >= len(cnt) || cnt[id] != int32(i) {
 					continue
 				}
-				m := Match{Worker: w, Blocks: 1}
-				m.ByTier[e.tier]++
-				dst = append(dst, m)
+				if t, ok := h.live(now); ok {
+					cnt[id]++
+					found[pos[id]].ByTier[t]++
+					advanced++
+				}
 			}
-			continue
-		}
-		alive := 0
-		for j := base; j < len(dst); j++ {
-			if dst[j].Blocks != i {
-				continue
+			if advanced == 0 {
+				return finish(found, cnt, pos, dst, ahead)
 			}
-			e, ok := holders[dst[j].Worker]
-			if !ok || (e.speculative && now.After(e.expires)) {
-				continue
-			}
-			dst[j].Blocks++
-			dst[j].ByTier[e.tier]++
-			alive++
-		}
-		if alive == 0 {
-			break
 		}
 	}
+	return finish(found, cnt, pos, dst, ahead)
+}
+
+// finish copies each candidate's count into its Match.
+func finish(found []Match, cnt, pos []int32, dst []Match, ahead uint64) []Match {
+	for id, c := range cnt {
+		if c > 0 {
+			found[pos[id]].Blocks = int(c)
+		}
+	}
+	lookupSink.Add(ahead & 1)
 	return dst
-}
-
-// Speculate records that worker is about to hold keys (it was just picked for a request
-// with these blocks). Entries expire after Options.SpeculativeTTL unless a BlockStored
-// event confirms them.
-func (ix *Index) Speculate(worker string, keys []Key) {
-	if ix.opt.SpeculativeTTL <= 0 {
-		return
-	}
-	exp := ix.opt.Now().Add(ix.opt.SpeculativeTTL)
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for _, k := range keys {
-		h := ix.blocks[k]
-		if h == nil {
-			h = make(map[string]entry, 1)
-			ix.blocks[k] = h
-		}
-		if e, ok := h[worker]; ok && !e.speculative {
-			continue
-		}
-		h[worker] = entry{tier: TierGPU, speculative: true, expires: exp}
-	}
-}
-
-// Store records confirmed blocks for worker (from a BlockStored event).
-func (ix *Index) Store(worker string, tier Tier, keys []Key) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for _, k := range keys {
-		h := ix.blocks[k]
-		if h == nil {
-			h = make(map[string]entry, 1)
-			ix.blocks[k] = h
-		}
-		h[worker] = entry{tier: tier}
-	}
-}
-
-// Remove forgets keys for worker (from a BlockRemoved event).
-func (ix *Index) Remove(worker string, keys []Key) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for _, k := range keys {
-		if h := ix.blocks[k]; h != nil {
-			delete(h, worker)
-			if len(h) == 0 {
-				delete(ix.blocks, k)
-			}
-		}
-	}
-}
-
-// RemoveWorker forgets every block of worker (worker removed, restarted, or cleared).
-func (ix *Index) RemoveWorker(worker string) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for k, h := range ix.blocks {
-		delete(h, worker)
-		if len(h) == 0 {
-			delete(ix.blocks, k)
-		}
-	}
 }

@@ -63,3 +63,12 @@ func HashBlocks(parent Key, tokens []uint32, blockSize int, dst []Key) []Key {
 	}
 	return dst
 }
+
+// putKeyTokens writes parent (little endian) then tokens (little endian uint32) into b,
+// which must be 8+4*len(tokens) bytes: the bytes hashed for one block.
+func putKeyTokens(b []byte, parent Key, tokens []uint32) {
+	binary.LittleEndian.PutUint64(b, uint64(parent))
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(b[8+4*i:], t)
+	}
+}

@@ -2,11 +2,69 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Index holds the index metrics. Owned by the index area; add fields here, register them in newIndex.
+// Index holds the KV prefix index and KV event subscription metrics. Label "worker" is a
+// configured worker name; per-worker series are deleted when the worker is removed
+// (DeleteWorker).
 type Index struct {
-	reg prometheus.Registerer
+	Events        *prometheus.CounterVec   // worker, type: events applied (BlockStored, BlockRemoved, AllBlocksCleared, Unknown, skipped)
+	Blocks        *prometheus.CounterVec   // worker, op: stored, removed — blocks applied
+	Batches       *prometheus.CounterVec   // worker: batches (ZMQ messages) applied
+	DecodeErrors  *prometheus.CounterVec   // worker: payloads that did not decode (dropped whole)
+	Anomalies     *prometheus.CounterVec   // worker, kind: unknown_parent, unknown_removed, block_size_mismatch
+	Gaps          *prometheus.CounterVec   // worker: sequence gaps detected
+	Replays       *prometheus.CounterVec   // worker, result: ok, partial, failed
+	Restarts      *prometheus.CounterVec   // worker: publisher restarts detected (sequence went backwards)
+	QueueDrops    *prometheus.CounterVec   // worker: messages dropped because the worker's queue was full
+	Reconnects    *prometheus.CounterVec   // worker: subscription sockets re-created after an error
+	Mode          *prometheus.GaugeVec     // worker, mode: 1 for the worker's current mode (exact, approximate, none), 0 otherwise
+	WorkerEntries *prometheus.GaugeVec     // worker: (block, worker) entries held for the worker, confirmed + speculative
+	LagSeconds    *prometheus.HistogramVec // worker: now − batch timestamp when a batch is applied
+	Entries       prometheus.Gauge         // all (block, worker) entries
+	Keys          prometheus.Gauge         // distinct block keys
+	Bytes         prometheus.Gauge         // estimated index memory
+	Evictions     *prometheus.CounterVec   // reason: memory, capacity, expired
 }
 
 func newIndex(reg prometheus.Registerer) *Index {
-	return &Index{reg: reg}
+	const sub = "index"
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: name, Help: help}, labels))
+	}
+	g := func(name, help string) prometheus.Gauge {
+		return must(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: name, Help: help}))
+	}
+	return &Index{
+		Events:       cv("events_total", "KV events applied per worker, by type (skipped: a KV cache group not indexed).", "worker", "type"),
+		Blocks:       cv("blocks_total", "Blocks applied per worker, by op (stored, removed).", "worker", "op"),
+		Batches:      cv("batches_total", "KV event batches (ZMQ messages) applied per worker.", "worker"),
+		DecodeErrors: cv("decode_errors_total", "KV event payloads that did not decode and were dropped whole, per worker.", "worker"),
+		Anomalies: cv("anomalies_total", "Events that could not be applied exactly, per worker and kind (unknown_parent, unknown_removed, block_size_mismatch).",
+			"worker", "kind"),
+		Gaps:       cv("sequence_gaps_total", "Sequence gaps detected in a worker's KV event stream.", "worker"),
+		Replays:    cv("replays_total", "Replay requests per worker by result (ok, partial, failed).", "worker", "result"),
+		Restarts:   cv("restarts_total", "Publisher restarts detected (sequence number went backwards), per worker.", "worker"),
+		QueueDrops: cv("queue_drops_total", "KV event messages dropped because the worker's queue was full (a resync follows).", "worker"),
+		Reconnects: cv("reconnects_total", "KV event sockets re-created after an error, per worker.", "worker"),
+		Mode: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "mode",
+			Help: "1 for the worker's current index mode (exact: events in sync; approximate: speculative or out of sync; none), 0 otherwise."}, []string{"worker", "mode"})),
+		WorkerEntries: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "worker_entries",
+			Help: "Blocks the index holds for a worker (confirmed engine entries + speculative)."}, []string{"worker"})),
+		LagSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub, Name: "event_lag_seconds",
+			Help: "Time from a batch's publisher timestamp to its application (includes clock skew).", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14)}, []string{"worker"})),
+		Entries:   g("entries", "(block, worker) entries in the index."),
+		Keys:      g("keys", "Distinct block keys in the index."),
+		Bytes:     g("bytes", "Estimated memory held by the index (measured bytes per structure × counts)."),
+		Evictions: cv("evictions_total", "Entries evicted by reason (memory: cap reached; capacity: approximate worker over its block capacity; expired: speculative TTL).", "reason"),
+	}
+}
+
+// DeleteWorker removes every per-worker series of worker.
+func (m *Index) DeleteWorker(worker string) {
+	for _, v := range []*prometheus.CounterVec{m.Events, m.Blocks, m.Batches, m.DecodeErrors, m.Anomalies, m.Gaps,
+		m.Replays, m.Restarts, m.QueueDrops, m.Reconnects} {
+		v.DeletePartialMatch(prometheus.Labels{"worker": worker})
+	}
+	m.Mode.DeletePartialMatch(prometheus.Labels{"worker": worker})
+	m.WorkerEntries.DeleteLabelValues(worker)
+	m.LagSeconds.DeleteLabelValues(worker)
 }

@@ -1,0 +1,259 @@
+// Package zmqsub subscribes kvroute to vLLM workers' KV event streams over ZMQ and feeds
+// the index: one SUB socket per worker and data-parallel rank (connect mode) or one
+// bound SUB for all workers (bind mode), per-publisher sequence tracking, replay of
+// gaps through the worker's ROUTER replay endpoint, restart detection, bounded
+// per-worker queues. Socket behaviour follows vllm/distributed/kv_events.py
+// (ZmqEventPublisher); see ../README.md.
+//
+// Ownership: every ZMQ socket is created, used and closed by exactly one goroutine
+// (zmq sockets are not thread-safe). Receivers own SUB sockets; each worker's consumer
+// owns its DEALER replay sockets and is the only writer of that worker's index state.
+package zmqsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// Options configures a Manager. Zero values take the documented defaults.
+type Options struct {
+	Index   *kvindex.Index // required
+	Metrics *metrics.Index // nil: unregistered
+	Logger  *slog.Logger   // nil: slog.Default()
+	// QueueSize bounds each worker's queue of received, not yet applied messages. A
+	// full queue drops the message (counted); the sequence gap then triggers a replay.
+	// 0 means 4096.
+	QueueSize int
+	// ReplayTimeout bounds one replay exchange (request to end marker). 0 means 2s.
+	ReplayTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the backoff between attempts to re-create a
+	// failed socket, and are set as ZMQ_RECONNECT_IVL / _MAX. 0 means 100ms and 5s.
+	ReconnectMin, ReconnectMax time.Duration
+	// BindEndpoint, when set, is bound by one SUB socket that workers' publishers
+	// connect to (vLLM endpoint without "*": the PUB connects). "" disables bind mode.
+	BindEndpoint string
+	// TopicPattern attributes bind-mode messages to workers: {addr} matches the
+	// worker's address (host:port), {model} a model name. "" means "kv@{addr}@{model}"
+	// (llm-d's convention; vLLM's topic defaults to "").
+	TopicPattern string
+	// SweepEvery is how often expired speculative entries are swept. 0 means 1s.
+	SweepEvery time.Duration
+	// PollInterval bounds how long a socket owner waits before checking for
+	// cancellation. 0 means 100ms.
+	PollInterval time.Duration
+}
+
+// Manager runs the subscriptions of every registered worker. It implements
+// workers.Listener; subscribe it to the registry. Safe for concurrent use.
+type Manager struct {
+	opt   Options
+	ix    *kvindex.Index
+	m     *metrics.Index
+	log   *slog.Logger
+	topic *regexp.Regexp
+
+	mu     sync.Mutex
+	ctx    context.Context       // nil until Run; guarded by mu
+	subs   map[string]*workerSub // by worker name; guarded by mu
+	byAddr map[string]string     // worker address → name, for bind mode; guarded by mu
+	wg     sync.WaitGroup
+	bound  chan string // bind mode: the endpoint actually bound (resolved port)
+}
+
+// ErrBadTopicPattern is returned by New for a TopicPattern without {addr}.
+var ErrBadTopicPattern = errors.New("zmqsub: topic pattern must contain {addr}")
+
+// New returns a Manager. Nothing connects until Run.
+func New(opt Options) (*Manager, error) {
+	if opt.Index == nil {
+		return nil, errors.New("zmqsub: Options.Index is required")
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.NewUnregistered().Index
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.QueueSize <= 0 {
+		opt.QueueSize = 4096
+	}
+	if opt.ReplayTimeout <= 0 {
+		opt.ReplayTimeout = 2 * time.Second
+	}
+	if opt.ReconnectMin <= 0 {
+		opt.ReconnectMin = 100 * time.Millisecond
+	}
+	if opt.ReconnectMax <= 0 {
+		opt.ReconnectMax = 5 * time.Second
+	}
+	if opt.ReconnectMax < opt.ReconnectMin {
+		opt.ReconnectMax = opt.ReconnectMin
+	}
+	if opt.TopicPattern == "" {
+		opt.TopicPattern = "kv@{addr}@{model}"
+	}
+	if opt.SweepEvery <= 0 {
+		opt.SweepEvery = time.Second
+	}
+	if opt.PollInterval <= 0 {
+		opt.PollInterval = 100 * time.Millisecond
+	}
+	re, err := CompileTopicPattern(opt.TopicPattern)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{opt: opt, ix: opt.Index, m: opt.Metrics, log: opt.Logger, topic: re,
+		subs: map[string]*workerSub{}, byAddr: map[string]string{}, bound: make(chan string, 1)}, nil
+}
+
+// CompileTopicPattern turns a pattern with {addr} and optional {model} placeholders
+// into an anchored regexp with named groups addr and model.
+func CompileTopicPattern(p string) (*regexp.Regexp, error) {
+	if !strings.Contains(p, "{addr}") {
+		return nil, fmt.Errorf("%w: %q", ErrBadTopicPattern, p)
+	}
+	var b strings.Builder
+	b.WriteString("^")
+	for rest := p; rest != ""; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			b.WriteString(regexp.QuoteMeta(rest))
+			break
+		}
+		b.WriteString(regexp.QuoteMeta(rest[:i]))
+		switch {
+		case strings.HasPrefix(rest[i:], "{addr}"):
+			b.WriteString(`(?P<addr>[^@/]+?)`)
+			rest = rest[i+len("{addr}"):]
+		case strings.HasPrefix(rest[i:], "{model}"):
+			b.WriteString(`(?P<model>.*?)`)
+			rest = rest[i+len("{model}"):]
+		default:
+			b.WriteString(regexp.QuoteMeta("{"))
+			rest = rest[i+1:]
+		}
+	}
+	b.WriteString("$")
+	return regexp.Compile(b.String())
+}
+
+// BindMode reports whether the manager binds a SUB socket for all workers.
+func (m *Manager) BindMode() bool { return m.opt.BindEndpoint != "" }
+
+// BoundEndpoint waits for the bind-mode socket and returns its resolved endpoint (with
+// the actual port when bound to port 0 or "*"), or "" when ctx ends first.
+func (m *Manager) BoundEndpoint(ctx context.Context) string {
+	select {
+	case ep := <-m.bound:
+		m.bound <- ep
+		return ep
+	case <-ctx.Done():
+		return ""
+	}
+}
+
+// WorkerAdded implements workers.Listener: the worker is indexed and, once Run has
+// started, its subscription starts.
+func (m *Manager) WorkerAdded(w *workers.Worker) {
+	m.ix.SetWorker(m.ix.InfoFor(w, m.BindMode()))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old := m.subs[w.Name]; old != nil {
+		old.stop()
+	}
+	s := newWorkerSub(m, w)
+	m.subs[w.Name] = s
+	m.byAddr[w.Address] = w.Name
+	if m.ctx != nil {
+		s.start(m.ctx, &m.wg)
+	}
+}
+
+// WorkerRemoved implements workers.Listener: the subscription stops (its sockets are
+// closed by their goroutines) and the worker's entries are released.
+func (m *Manager) WorkerRemoved(w *workers.Worker) {
+	m.mu.Lock()
+	s := m.subs[w.Name]
+	delete(m.subs, w.Name)
+	if m.byAddr[w.Address] == w.Name {
+		delete(m.byAddr, w.Address)
+	}
+	m.mu.Unlock()
+	if s != nil {
+		s.stop()
+		s.wait()
+	}
+	m.ix.RemoveWorker(w.Name)
+}
+
+// Run starts every subscription and blocks until ctx is cancelled; it returns after
+// every goroutine it started has exited and closed its sockets. It returns an error
+// only when the bind-mode socket cannot be bound.
+func (m *Manager) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.mu.Lock()
+	if m.ctx != nil {
+		m.mu.Unlock()
+		return errors.New("zmqsub: Run called twice")
+	}
+	m.ctx = ctx
+	for _, s := range m.subs {
+		s.start(ctx, &m.wg)
+	}
+	m.mu.Unlock()
+	errc := make(chan error, 1)
+	if m.BindMode() {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if err := m.runBind(ctx); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	tk := time.NewTicker(m.opt.SweepEvery)
+	defer tk.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-tk.C:
+			m.ix.Sweep()
+		}
+	}
+	m.wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// dispatch hands a bind-mode message to the worker its topic names.
+func (m *Manager) dispatch(f frame) {
+	g := m.topic.FindStringSubmatch(f.topic)
+	if g == nil {
+		return
+	}
+	addr := g[m.topic.SubexpIndex("addr")]
+	m.mu.Lock()
+	s := m.subs[m.byAddr[addr]]
+	m.mu.Unlock()
+	if s != nil {
+		s.enqueue(f)
+	}
+}

@@ -1,0 +1,279 @@
+package zmqsub
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvroute/kvroute/kvindex/kvevents"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// frame is one received PUB message [topic, seq (8 bytes big-endian), payload].
+type frame struct {
+	rank    int // data-parallel rank; -1 = read it from the payload (bind mode)
+	topic   string
+	seq     uint64
+	payload []byte
+}
+
+// workerSub is one worker's subscription: receivers (one per rank in connect mode)
+// feeding a bounded queue, and one consumer applying it in order.
+type workerSub struct {
+	m *Manager
+	w *workers.Worker
+	q chan frame
+	// resync is a one-slot, coalescing signal: a message was dropped (full queue), so
+	// the consumer replays every rank from its next expected seq.
+	resync chan struct{}
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc // guarded by mu; nil until started
+	stopped bool               // guarded by mu
+	done    chan struct{}      // closed when every goroutine of this sub has exited
+}
+
+func newWorkerSub(m *Manager, w *workers.Worker) *workerSub {
+	return &workerSub{m: m, w: w, q: make(chan frame, m.opt.QueueSize), resync: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (s *workerSub) ranks() int { return max(s.w.KVEvents.DPSize, 1) }
+
+func (s *workerSub) start(parent context.Context, mwg *sync.WaitGroup) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(parent)
+	s.cancel = cancel
+	var wg sync.WaitGroup
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(s.consume)
+	if s.w.KVEvents.Endpoint != "" {
+		for r := 0; r < s.ranks(); r++ {
+			run(func(ctx context.Context) { s.receive(ctx, r) })
+		}
+	}
+	mwg.Add(1)
+	go func() {
+		wg.Wait()
+		close(s.done)
+		mwg.Done()
+	}()
+}
+
+func (s *workerSub) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// wait blocks until the sub's goroutines have exited (immediately if never started).
+func (s *workerSub) wait() {
+	s.mu.Lock()
+	started := s.cancel != nil
+	s.mu.Unlock()
+	if started {
+		<-s.done
+	}
+}
+
+// enqueue never blocks: a full queue drops the message and signals a resync (the
+// message may have been the last one, so the consumer cannot wait for a gap to show).
+func (s *workerSub) enqueue(f frame) {
+	select {
+	case s.q <- f:
+	default:
+		s.m.m.QueueDrops.WithLabelValues(s.w.Name).Inc()
+		select {
+		case s.resync <- struct{}{}:
+		default: // one pending resync covers every drop until it runs
+		}
+	}
+}
+
+// EndpointForRank returns the endpoint data-parallel rank r publishes on: tcp port +
+// r, or for ipc/inproc the path with "_dp<r>" appended (vllm/distributed/kv_events.py
+// offsets endpoints the same way). Rank 0 is the endpoint itself.
+func EndpointForRank(ep string, r int) string {
+	if r == 0 {
+		return ep
+	}
+	if strings.HasPrefix(ep, "tcp://") {
+		u, err := url.Parse(ep)
+		if err == nil {
+			if p, err := strconv.Atoi(u.Port()); err == nil {
+				return "tcp://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(p+r))
+			}
+		}
+		return ep
+	}
+	return ep + "_dp" + strconv.Itoa(r)
+}
+
+// receive owns one SUB socket for rank r, re-creating it with backoff after errors.
+func (s *workerSub) receive(ctx context.Context, r int) {
+	ep := EndpointForRank(s.w.KVEvents.Endpoint, r)
+	backoff := s.m.opt.ReconnectMin
+	for {
+		err := s.receiveOnce(ctx, ep, r)
+		if ctx.Err() != nil {
+			return
+		}
+		s.m.m.Reconnects.WithLabelValues(s.w.Name).Inc()
+		s.m.log.Warn("kvindex: KV event subscription failed; retrying", "worker", s.w.Name, "endpoint", ep, "err", err, "backoff", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, s.m.opt.ReconnectMax)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (s *workerSub) newSocket(t zmq.Type) (*zmq.Socket, error) {
+	sock, err := zmq.NewSocket(t)
+	if err != nil {
+		return nil, err
+	}
+	_ = sock.SetLinger(0)
+	_ = sock.SetReconnectIvl(s.m.opt.ReconnectMin)
+	_ = sock.SetReconnectIvlMax(s.m.opt.ReconnectMax)
+	return sock, nil
+}
+
+func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int) error {
+	sock, err := s.newSocket(zmq.SUB)
+	if err != nil {
+		return err
+	}
+	defer sock.Close()
+	if err := sock.SetSubscribe(s.w.KVEvents.Topic); err != nil {
+		return err
+	}
+	if err := sock.Connect(ep); err != nil {
+		return err
+	}
+	return recvLoop(ctx, sock, s.m.opt.PollInterval, func(f frame) {
+		f.rank = r
+		s.enqueue(f)
+	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() })
+}
+
+// recvLoop receives PUB messages from sock until ctx ends (nil) or a socket error.
+func recvLoop(ctx context.Context, sock *zmq.Socket, poll time.Duration, got func(frame), bad func()) error {
+	poller := zmq.NewPoller()
+	poller.Add(sock, zmq.POLLIN)
+	for ctx.Err() == nil {
+		ps, err := poller.Poll(poll)
+		if err != nil {
+			if errors.Is(err, zmq.Errno(4)) { // EINTR
+				continue
+			}
+			return err
+		}
+		if len(ps) == 0 {
+			continue
+		}
+		for ctx.Err() == nil {
+			msg, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+			if err != nil {
+				if zmq.AsErrno(err) == zmq.Errno(11) { // EAGAIN: drained
+					break
+				}
+				return err
+			}
+			if len(msg) != 3 || len(msg[1]) != 8 {
+				bad()
+				continue
+			}
+			got(frame{topic: string(msg[0]), seq: binary.BigEndian.Uint64(msg[1]), payload: msg[2]})
+		}
+	}
+	return nil
+}
+
+// runBind owns the bind-mode SUB socket.
+func (m *Manager) runBind(ctx context.Context) error {
+	backoff := m.opt.ReconnectMin
+	first := true
+	for {
+		sock, err := zmq.NewSocket(zmq.SUB)
+		if err != nil {
+			return err
+		}
+		_ = sock.SetLinger(0)
+		_ = sock.SetSubscribe("")
+		if err := sock.Bind(m.opt.BindEndpoint); err != nil {
+			sock.Close()
+			if first {
+				return err
+			}
+		} else {
+			if first {
+				ep, _ := sock.GetLastEndpoint()
+				m.bound <- ep
+				first = false
+			}
+			err = recvLoop(ctx, sock, m.opt.PollInterval, func(f frame) { f.rank = -1; m.dispatch(f) }, func() {})
+			sock.Close()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		m.log.Warn("kvindex: bound KV event socket failed; re-binding", "endpoint", m.opt.BindEndpoint, "err", err)
+		if !sleepCtx(ctx, backoff) {
+			return nil
+		}
+		backoff = min(backoff*2, m.opt.ReconnectMax)
+	}
+}
+
+// pubState tracks one publisher (worker, rank).
+type pubState struct {
+	started bool
+	next    uint64 // next expected seq
+	// dupFloor: live messages with dupFloor ≤ seq < next were already applied from a
+	// replay (they were queued while it ran); lower seqs mean the publisher restarted.
+	dupFloor uint64
+}
+
+// consume applies the worker's queue in order; it owns the worker's replay sockets.
+func (s *workerSub) consume(ctx context.Context) {
+	c := &consumer{s: s, dec: kvevents.NewDecoder(), pubs: map[int]*pubState{}, dealers: map[int]*zmq.Socket{}}
+	defer c.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-s.q:
+			c.handle(ctx, f)
+		case <-s.resync:
+			c.resyncAll(ctx)
+		}
+	}
+}
