@@ -15,7 +15,11 @@ import (
 //     tokens, then at random (reason "slo"). When none meets it, fall through (or shed
 //     when ShedOnSLOMiss).
 //  3. Otherwise the lowest prediction; workers within the near-tie margin of it are
-//     ties, broken by fewest in-flight tokens (booked uncached prefill tokens), then
+//     ties, broken by the least prefill work for this request (fewest uncached tokens:
+//     a prefix cached — or being prefilled, speculatively indexed — on one worker is not
+//     recomputed on another for a near-equal TTFT; the GPU time saved is what later
+//     requests would have queued behind), then fewest in-flight tokens (booked
+//     uncached prefill tokens), then
 //     fewest recent cache writes (writes[i], the slowest cache turnover: what this
 //     request's prefill evicts there is the oldest), then fewest booked requests, then
 //     at random — never by list order. writes may be nil.
@@ -43,7 +47,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes
 		}
 		if len(meet) > 0 {
 			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cands[i].CachedTokens, 0) })
-			return Decision{Index: breakTie(o.Rand, cands, writes, least), Reason: ReasonSLO, Predictions: preds}
+			return Decision{Index: breakTie(o.Rand, in.PromptTokens, cands, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
 		if o.ShedOnSLOMiss {
 			return shed(o, preds, bestTTFT-in.SLO)
@@ -63,7 +67,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes
 	if degraded {
 		reason = ReasonDegraded
 	}
-	return Decision{Index: breakTie(o.Rand, cands, writes, ties), Reason: reason, Predictions: preds}
+	return Decision{Index: breakTie(o.Rand, in.PromptTokens, cands, writes, ties), Reason: reason, Predictions: preds}
 }
 
 func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
@@ -71,13 +75,14 @@ func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
 	return Decision{Index: -1, Reason: ReasonBest, Predictions: preds, Shed: true, RetryAfter: ra}
 }
 
-// breakTie returns one of idx: fewest booked uncached prefill tokens, then fewest
-// recent cache writes (whole tokens; writes may be nil), then fewest booked requests,
-// then uniformly at random.
-func breakTie(rng *rand.Rand, cands []Candidate, writes []float64, idx []int) int {
+// breakTie returns one of idx: fewest uncached tokens of this prompt, then fewest
+// booked uncached prefill tokens, then fewest recent cache writes (whole tokens; writes
+// may be nil), then fewest booked requests, then uniformly at random.
+func breakTie(rng *rand.Rand, prompt int, cands []Candidate, writes []float64, idx []int) int {
 	if len(idx) == 1 {
 		return idx[0]
 	}
+	idx = minBy(idx, func(i int) int { return max(prompt-cands[i].CachedTokens, 0) })
 	idx = minBy(idx, func(i int) int { return cands[i].Booked.PrefillTokens })
 	if writes != nil {
 		idx = minBy(idx, func(i int) int { return int(writes[i]) })
