@@ -47,7 +47,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes
 		}
 		if len(meet) > 0 {
 			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cands[i].CachedTokens, 0) })
-			return Decision{Index: breakTie(o.Rand, in.PromptTokens, cands, writes, least), Reason: ReasonSLO, Predictions: preds}
+			return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
 		if o.ShedOnSLOMiss {
 			return shed(o, preds, bestTTFT-in.SLO)
@@ -67,7 +67,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes
 	if degraded {
 		reason = ReasonDegraded
 	}
-	return Decision{Index: breakTie(o.Rand, in.PromptTokens, cands, writes, ties), Reason: reason, Predictions: preds}
+	return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, writes, ties), Reason: reason, Predictions: preds}
 }
 
 func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
@@ -78,11 +78,11 @@ func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
 // breakTie returns one of idx: fewest uncached tokens of this prompt, then fewest
 // booked uncached prefill tokens, then fewest recent cache writes (whole tokens; writes
 // may be nil), then fewest booked requests, then uniformly at random.
-func breakTie(rng *rand.Rand, prompt int, cands []Candidate, writes []float64, idx []int) int {
+func breakTie(rng *rand.Rand, prompt, batch int, cands []Candidate, writes []float64, idx []int) int {
 	if len(idx) == 1 {
 		return idx[0]
 	}
-	idx = minBy(idx, func(i int) int { return max(prompt-cands[i].CachedTokens, 0) })
+	idx = minBy(idx, func(i int) int { return tieWork(prompt, batch, &cands[i]) })
 	idx = minBy(idx, func(i int) int { return cands[i].Booked.PrefillTokens })
 	if writes != nil {
 		idx = minBy(idx, func(i int) int { return int(writes[i]) })
@@ -111,4 +111,19 @@ func minBy(idx []int, key func(int) int) []int {
 		}
 	}
 	return out
+}
+
+// tieWork is the prefill work (tokens) a near-tie break charges request of prompt
+// tokens on c: its uncached tokens, plus its cached tokens when less than one engine
+// step (batch tokens) of prefill is booked ahead. Those cached tokens may be the
+// in-flight prefill itself (speculatively indexed), which vLLM v1 recomputes when our
+// request is scheduled in the same step: blocks enter the prefix cache only once
+// computed (vllm/v1/core/kv_cache_manager.py), so only a prefill more than a step
+// ahead of us is one we can usefully wait for.
+func tieWork(prompt, batch int, c *Candidate) int {
+	u := max(prompt-c.CachedTokens, 0)
+	if q := c.Booked.PrefillTokens; q > 0 && q < batch {
+		u += min(c.CachedTokens, q)
+	}
+	return u
 }
