@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
@@ -204,7 +205,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 16) // ≥ the number of goRun calls below: a failing server never blocks
 	goRun := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -238,7 +239,11 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	var httpServers []*http.Server
 	hs := health.NewServer()
 	if l.ExtProc != nil {
-		srv := grpc.NewServer(grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes))
+		// Envoy's side-stream connection may send HTTP/2 keepalive pings
+		// (connection_keepalive); grpc-go's default enforcement (5 min) answers frequent
+		// pings with GOAWAY too_many_pings, killing every in-flight ext_proc stream.
+		srv := grpc.NewServer(grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger}))
 		healthpb.RegisterHealthServer(srv, hs)
 		grpcServers = append(grpcServers, srv)

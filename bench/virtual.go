@@ -66,7 +66,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	policy := o.PolicyImpl
 	if policy == nil {
 		var err error
-		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c))); err != nil {
+		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -24,12 +25,33 @@ type ExtProc struct {
 	PredictedTTFTHeader string `mapstructure:"predicted_ttft_header"`
 	// WorkerHeader, when set, names a response header carrying the chosen worker's name.
 	WorkerHeader string `mapstructure:"worker_header"`
+	// RequestBodyMode is the request body mode Envoy's filter is configured with
+	// (NONE, STREAMED, BUFFERED, BUFFERED_PARTIAL, FULL_DUPLEX_STREAMED), used only
+	// when Envoy does not announce it: Envoy sends protocol_config on the first message
+	// of each stream, and that always wins.
+	RequestBodyMode string `mapstructure:"request_body_mode"`
+	// ResponseBodyMode is the same for the response direction.
+	ResponseBodyMode string `mapstructure:"response_body_mode"`
+	// ClearRouteCache sets clear_route_cache on the reply that carries the destination
+	// header. Envoy's ORIGINAL_DST and override_host load balancers read the header at
+	// host selection and do not need it; turn it on only when a route matches on a
+	// header kvroute sets (envoy ext_proc PS DecodingProcessorState::clearRouteCache).
+	ClearRouteCache bool `mapstructure:"clear_route_cache"`
 }
+
+// BodyModes are the accepted values of extproc.request_body_mode and
+// extproc.response_body_mode (envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode).
+var BodyModes = []string{"NONE", "STREAMED", "BUFFERED", "BUFFERED_PARTIAL", "FULL_DUPLEX_STREAMED"}
 
 func defaultExtProc() ExtProc {
 	return ExtProc{DestinationHeader: "x-gateway-destination-endpoint", MetadataNamespace: "envoy.lb",
-		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms"}
+		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms", RequestBodyMode: "BUFFERED", ResponseBodyMode: "STREAMED"}
 }
+
+// reservedHeaders are hop-by-hop and framing headers (RFC 9110 §7.6.1; Envoy strips or
+// owns them, CMU) and routing pseudo-headers' plain twins: kvroute never sets them.
+var reservedHeaders = map[string]bool{"connection": true, "keep-alive": true, "proxy-connection": true,
+	"transfer-encoding": true, "te": true, "trailer": true, "upgrade": true, "content-length": true, "host": true}
 
 var headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_|~-]+$`)
 
@@ -50,8 +72,22 @@ func (e ExtProc) validate() error {
 			return fieldErr(h.key, "%q is not a lower-case HTTP header name", h.v)
 		}
 	}
+	for _, h := range []struct{ key, v string }{
+		{"extproc.destination_header", e.DestinationHeader},
+		{"extproc.predicted_ttft_header", e.PredictedTTFTHeader},
+		{"extproc.worker_header", e.WorkerHeader},
+	} {
+		if reservedHeaders[h.v] {
+			return fieldErr(h.key, "%q is a hop-by-hop or framing header kvroute must never set", h.v)
+		}
+	}
 	if strings.HasPrefix(e.DestinationHeader, "x-envoy-") {
 		return fieldErr("extproc.destination_header", "%q starts with x-envoy-: Envoy's default header mutation rules silently drop it; use e.g. x-gateway-destination-endpoint", e.DestinationHeader)
+	}
+	for _, m := range []struct{ key, v string }{{"extproc.request_body_mode", e.RequestBodyMode}, {"extproc.response_body_mode", e.ResponseBodyMode}} {
+		if !slices.Contains(BodyModes, m.v) {
+			return fieldErr(m.key, "%q is not one of %v", m.v, BodyModes)
+		}
 	}
 	if e.MaxBodyBytes < 1024 {
 		return fieldErr("extproc.max_body_bytes", "must be ≥ 1024, got %d", e.MaxBodyBytes)

@@ -4,6 +4,7 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -239,4 +240,39 @@ func ErrorJSON(status int, typ, param, message string) []byte {
 		"message": message, "type": typ, "param": p, "code": status,
 	}})
 	return b
+}
+
+// TooLarge is the error for a body longer than limit bytes (HTTP 413).
+func TooLarge(limit int) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+		Message: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
+}
+
+// SniffModel returns the top-level "model" string of a JSON object that may be
+// truncated (a BUFFERED_PARTIAL body cut at Envoy's buffer limit): it reads tokens until
+// it finds the key and stops there, so a model field that precedes the cut is found.
+// It returns "" when the body is not a JSON object or the field is absent or cut.
+func SniffModel(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if k == "model" {
+			var m string
+			if dec.Decode(&m) != nil {
+				return ""
+			}
+			return m
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
