@@ -205,7 +205,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 16) // ≥ the number of goRun calls below: a failing server never blocks
 	goRun := func(f func() error) {
 		wg.Add(1)
 		go func() {

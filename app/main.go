@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/kvroute/kvroute/config"
 )
+
+// environ is os.Environ, replaceable in tests.
+var environ = os.Environ
 
 // Version is set at build time with -ldflags "-X github.com/kvroute/kvroute/app.Version=…".
 var Version = "dev"
@@ -56,6 +60,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "kvroute %s: %v\nRun \"kvroute %s --help\" for every flag.\n", cmd, err, cmd)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kvroute %s: unexpected argument %q (configuration is given with --key=value flags)\n", cmd, fs.Arg(0))
+		return 2
+	}
+	if err := config.CheckEnviron(environ()); err != nil {
+		fmt.Fprintln(stderr, "kvroute:", err)
 		return 2
 	}
 	cfg, err := config.Load(fs, nil)
@@ -64,7 +77,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if cmd == "config" {
-		fmt.Fprintf(stdout, "%+v\n", *cfg)
+		for _, kv := range config.Values(cfg) {
+			fmt.Fprintf(stdout, "%s = %s\n", kv.Key, kv.Value)
+		}
 		return 0
 	}
 	var lvl slog.Level

@@ -5,11 +5,44 @@ import (
 	"github.com/kvroute/kvroute/sim"
 )
 
-// IndexFeeder applies one worker's KV event batch to kvroute's index. StoreFeeder does
-// it through Index.Store/Remove; once kvindex decodes vLLM payloads itself
-// (Index.ApplyPayload) a feeder that encodes with sim.MapEncoder can replace it.
+// IndexFeeder applies one worker's KV event batch to kvroute's index. WireFeeder (the
+// default) does it as in production: the batch is encoded as vLLM publishes it and
+// decoded by kvindex; StoreFeeder keys blocks itself and calls Index.Store/Remove.
 type IndexFeeder interface {
 	Apply(worker string, b sim.Batch)
+}
+
+// WireFeeder encodes each engine's event batch with a vLLM wire encoder (sim.MapEncoder,
+// vLLM ≥ 0.26's map-shaped events, unless Encoder is set) and hands the payload to
+// Index.ApplyPayload, the path the ZMQ subscriber's frames take (decode, engine-hash
+// table per DP rank, ref counts, parent resolution). Each worker is registered on its
+// first batch as publishing events, in Model's namespace.
+type WireFeeder struct {
+	Index   *kvindex.Index
+	Model   string      // served model: the namespace events are keyed in
+	Encoder sim.Encoder // nil: sim.MapEncoder
+	seen    map[string]bool
+	// Errors counts payloads ApplyPayload rejected (none expected: a non-zero count
+	// means the encoder and decoder disagree).
+	Errors int
+}
+
+// Apply implements IndexFeeder.
+func (f *WireFeeder) Apply(worker string, b sim.Batch) {
+	if f.seen == nil {
+		f.seen = map[string]bool{}
+	}
+	if !f.seen[worker] {
+		f.seen[worker] = true
+		f.Index.SetWorker(kvindex.WorkerInfo{Name: worker, Model: f.Model, Events: true})
+	}
+	enc := f.Encoder
+	if enc == nil {
+		enc = sim.MapEncoder{}
+	}
+	if err := f.Index.ApplyPayload(worker, b.DPRank, enc.Encode(b)); err != nil {
+		f.Errors++
+	}
 }
 
 // StoreFeeder maps engine hashes to kvroute keys per worker (ref-counted, as the same
@@ -23,6 +56,11 @@ type StoreFeeder struct {
 type keyRef struct {
 	key kvindex.Key
 	n   int
+}
+
+// NewStoreFeeder is a VirtualOptions.NewFeeder that selects StoreFeeder.
+func NewStoreFeeder(ix *kvindex.Index, seed kvindex.Key) IndexFeeder {
+	return &StoreFeeder{Index: ix, Seed: seed}
 }
 
 // Apply implements IndexFeeder.

@@ -31,7 +31,8 @@ type VirtualOptions struct {
 	SpeculativeTTL time.Duration
 	// ScrapeInterval of the workers' /metrics load view; 0 means 1 s.
 	ScrapeInterval time.Duration
-	// NewFeeder builds the index feeder; nil means StoreFeeder.
+	// NewFeeder builds the index feeder; nil means WireFeeder (vLLM wire payloads through
+	// Index.ApplyPayload). NewStoreFeeder selects the Store/Remove path.
 	NewFeeder func(ix *kvindex.Index, seed kvindex.Key) IndexFeeder
 	// Progress, when set, is called after each completed request.
 	Progress func(done, total int)
@@ -65,7 +66,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	policy := o.PolicyImpl
 	if policy == nil {
 		var err error
-		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c))); err != nil {
+		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens); err != nil {
 			return nil, err
 		}
 	}
@@ -78,13 +79,14 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 				Overhead: prof.StepOverhead, BlockCapacity: prof.NumBlocks}})
 	}
 	reg.Set(ws)
-	ix := kvindex.New(kvindex.Options{SpeculativeTTL: o.SpeculativeTTL, Now: clock.Now})
+	ix := kvindex.New(kvindex.Options{SpeculativeTTL: o.SpeculativeTTL, Now: clock.Now,
+		Models: []kvindex.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
 	nsSeed := kvindex.Namespace{Model: prof.Model}.Seed()
 	var feeder IndexFeeder
 	if o.NewFeeder != nil {
 		feeder = o.NewFeeder(ix, nsSeed)
 	} else {
-		feeder = &StoreFeeder{Index: ix, Seed: nsSeed}
+		feeder = &WireFeeder{Index: ix, Model: prof.Model}
 	}
 	rt := router.New(router.Options{Registry: reg, Index: ix, Policy: policy, Now: clock.Now,
 		Models: []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})

@@ -12,6 +12,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -182,7 +183,10 @@ func Load(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)) (*Config, er
 	if err := v.UnmarshalExact(&c, viper.DecodeHook(hook), func(dc *mapstructure.DecoderConfig) {
 		dc.WeaklyTypedInput = true
 	}); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		// mapstructure names the Go type for unknown top-level keys; say it in our terms.
+		msg := strings.ReplaceAll(err.Error(), "'config.Config' has invalid keys:", "unknown configuration keys:")
+		msg = strings.ReplaceAll(msg, "has invalid keys:", "has unknown keys:")
+		return nil, fmt.Errorf("config: %s", msg)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config: invalid:\n%w", err)
@@ -227,6 +231,73 @@ func flatten(c Config) []leaf {
 	walk("", reflect.ValueOf(c))
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out
+}
+
+// CheckEnviron returns an error naming every KVROUTE_* variable in environ (as
+// os.Environ gives it) that is not a configuration key's variable: a misspelt variable
+// would otherwise be ignored silently.
+func CheckEnviron(environ []string) error {
+	known := map[string]bool{EnvPrefix + "_CONFIG": true}
+	for _, kv := range flatten(Default()) {
+		known[envName(kv.key)] = true
+	}
+	var unknown []string
+	for _, e := range environ {
+		name, _, _ := strings.Cut(e, "=")
+		if strings.HasPrefix(name, EnvPrefix+"_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	return fmt.Errorf("config: unknown environment variables %s (every key's variable is listed by --help)", strings.Join(unknown, ", "))
+}
+
+// Values returns every key of c with its effective value, sorted by key; list-valued
+// keys are rendered as JSON. `kvroute config` prints them.
+func Values(c *Config) []struct{ Key, Value string } {
+	var out []struct{ Key, Value string }
+	for _, kv := range flatten(*c) {
+		v := showDefault(kv.val)
+		if k := reflect.TypeOf(kv.val).Kind(); k == reflect.Slice || k == reflect.Map {
+			if b, err := json.Marshal(plain(reflect.ValueOf(kv.val))); err == nil {
+				v = string(b)
+			}
+		}
+		out = append(out, struct{ Key, Value string }{kv.key, v})
+	}
+	return out
+}
+
+// plain converts v to maps, slices and scalars keyed by mapstructure tags (the
+// configuration's own key names), for printing.
+func plain(v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.Struct:
+		if d, ok := v.Interface().(time.Duration); ok {
+			return d.String()
+		}
+		m := map[string]any{}
+		for i := 0; i < v.NumField(); i++ {
+			if name := v.Type().Field(i).Tag.Get("mapstructure"); name != "" && name != "-" {
+				m[name] = plain(v.Field(i))
+			}
+		}
+		return m
+	case reflect.Slice:
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = plain(v.Index(i))
+		}
+		return out
+	case reflect.Int64:
+		if d, ok := v.Interface().(time.Duration); ok {
+			return d.String()
+		}
+	}
+	return v.Interface()
 }
 
 // Keys returns every configuration key with its default, for the reference docs.

@@ -116,3 +116,21 @@ func TestMissingFile(t *testing.T) {
 		t.Fatalf("want an error naming the file, got %v", err)
 	}
 }
+
+// A misspelt KVROUTE_* variable is an error naming it, not a silent no-op.
+func TestCheckEnviron(t *testing.T) {
+	if err := CheckEnviron([]string{"PATH=/bin", "KVROUTE_CONFIG=x", "KVROUTE_ROUTER_TICKET_TTL=1m"}); err != nil {
+		t.Fatalf("known variables rejected: %v", err)
+	}
+	err := CheckEnviron([]string{"KVROUTE_ROUTER_TIKET_TTL=5s", "KVROUTE_ROUTER_TICKET_TTL=1m"})
+	if err == nil || !strings.Contains(err.Error(), "KVROUTE_ROUTER_TIKET_TTL") {
+		t.Fatalf("want an error naming KVROUTE_ROUTER_TIKET_TTL, got %v", err)
+	}
+}
+
+func TestUnknownTopLevelKeyInOurTerms(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{"KVROUTE_CONFIG": writeFile(t, "routr: {ticket_ttl: 1m}\n")}))
+	if err == nil || !strings.Contains(err.Error(), "unknown configuration keys: routr") {
+		t.Fatalf("got %v", err)
+	}
+}

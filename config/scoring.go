@@ -33,6 +33,9 @@ type Scoring struct {
 	// TieMargin (relative) and TieMarginMin (absolute) define near-ties.
 	TieMargin    float64       `mapstructure:"tie_margin"`
 	TieMarginMin time.Duration `mapstructure:"tie_margin_min"`
+	// WriteHalfLife: half-life of each worker's recent cache writes (the near-tie break
+	// that places new prefixes where the cache turns over slowest).
+	WriteHalfLife time.Duration `mapstructure:"write_half_life"`
 	// MaxTTFT sheds (429) requests whose best prediction exceeds it; 0 disables.
 	MaxTTFT time.Duration `mapstructure:"max_ttft"`
 	// ShedOnSLOMiss sheds requests whose x-slo-ttft-ms no worker is predicted to meet.
@@ -76,7 +79,7 @@ func defaultScoring() Scoring {
 	return Scoring{Policy: "kvroute", PrefillTokensPerSecond: 5000, Overhead: 20 * time.Millisecond,
 		CPUTierTokensPerSecond: 100000, DiskTierTokensPerSecond: 20000, DecodeInterference: 200 * time.Microsecond,
 		BatchTokens: 8192, ForeignRequestTokens: 1024, LoadHalfLife: 2 * time.Second,
-		TieMargin: 0.02, TieMarginMin: time.Millisecond, RetryAfterMax: 30 * time.Second,
+		TieMargin: 0.1, TieMarginMin: time.Millisecond, WriteHalfLife: 30 * time.Second, RetryAfterMax: 30 * time.Second,
 		Forgetting: 0.99, ClampFactor: 20, ResidualClip: 0.5,
 		Baselines: ScoringBaselines{DynamoOverlapWeight: 1, SGLCacheThreshold: 0.3, SGLBalanceAbs: 64, SGLBalanceRel: 1.5,
 			SaturationQueue: 5, SaturationKV: 0.8, SaturationTokens: 32768, GIEBlockChars: 64},
@@ -93,7 +96,7 @@ func (s Scoring) Options() scoring.Options {
 	return scoring.Options{PrefillTokensPerSecond: s.PrefillTokensPerSecond, Overhead: s.Overhead,
 		CPUTierTokensPerSecond: s.CPUTierTokensPerSecond, DiskTierTokensPerSecond: s.DiskTierTokensPerSecond,
 		DecodeInterference: s.DecodeInterference, BatchTokens: s.BatchTokens, ForeignRequestTokens: s.ForeignRequestTokens,
-		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, MaxTTFT: s.MaxTTFT,
+		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, WriteHalfLife: s.WriteHalfLife, MaxTTFT: s.MaxTTFT,
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
@@ -135,7 +138,7 @@ func (s Scoring) validate() error {
 		key string
 		v   time.Duration
 	}{{"scoring.overhead", s.Overhead}, {"scoring.decode_interference", s.DecodeInterference}, {"scoring.tie_margin_min", s.TieMarginMin},
-		{"scoring.max_ttft", s.MaxTTFT}, {"scoring.retry_after_max", s.RetryAfterMax}, {"scoring.scrape.interval", s.Scrape.Interval},
+		{"scoring.write_half_life", s.WriteHalfLife}, {"scoring.max_ttft", s.MaxTTFT}, {"scoring.retry_after_max", s.RetryAfterMax}, {"scoring.scrape.interval", s.Scrape.Interval},
 		{"scoring.scrape.timeout", s.Scrape.Timeout}} {
 		if d.v < 0 {
 			return fieldErr(d.key, "must be ≥ 0, got %s", d.v)

@@ -14,7 +14,7 @@ func TestScoringDefaultsValidateAndConvert(t *testing.T) {
 		t.Fatalf("defaults must validate: %v", err)
 	}
 	o := s.Options()
-	if o.PrefillTokensPerSecond != 5000 || o.TieMargin != 0.02 || o.Forgetting != 0.99 || o.Baselines.SGLBalanceRel != 1.5 {
+	if o.PrefillTokensPerSecond != 5000 || o.TieMargin != 0.1 || o.WriteHalfLife != 30*time.Second || o.Forgetting != 0.99 || o.Baselines.SGLBalanceRel != 1.5 {
 		t.Fatalf("options not carried over: %+v", o)
 	}
 	for _, name := range scoring.PolicyNames {

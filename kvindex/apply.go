@@ -43,39 +43,42 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	}
 	r := w.rank(dpRank)
 	var stored, removed int
-	var counts [5]int // by kvevents.Type, then skipped
+	var byType [5]int // by kvevents.Type, then skipped
+	var cs counts     // index-wide counter changes, applied once (flushed before clears)
 	for i := range b.Events {
 		e := &b.Events[i]
 		switch e.Type {
 		case kvevents.TypeBlockStored:
 			if !ix.kinds[e.SpecKind] {
 				w.groups[e.GroupIdx] = false
-				counts[4]++
+				byType[4]++
 				continue
 			}
 			w.groups[e.GroupIdx] = true
-			stored += ix.storedLocked(w, r, e, now)
+			stored += ix.storedLocked(w, r, e, now, &cs)
 		case kvevents.TypeBlockRemoved:
 			if ok, known := w.groups[e.GroupIdx]; known && !ok {
-				counts[4]++
+				byType[4]++
 				continue
 			}
 			t := ParseTier(e.Medium)
 			for _, h := range e.BlockHashes {
-				if ix.removeLocked(w, r, h.ID, t) {
+				if ix.removeLocked(w, r, h.ID, t, &cs) {
 					removed++
 				} else {
 					ix.m.Anomalies.WithLabelValues(w.name, "unknown_removed").Inc()
 				}
 			}
 		case kvevents.TypeAllBlocksCleared:
+			ix.flush(&cs)
 			ix.clearLocked(w, dpRank)
 			if len(w.ranks) <= 1 && w.desyncGen != 0 {
 				w.desyncGen = 0 // the whole cache is known again: empty
 			}
 		}
-		counts[e.Type]++
+		byType[e.Type]++
 	}
+	ix.flush(&cs)
 	w.batches++
 	ix.coverLocked(w)
 	ix.modeLocked(w)
@@ -83,7 +86,7 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	met.entries.Set(float64(w.nEng + w.specLive))
 	w.mu.Unlock()
 
-	for t, n := range counts {
+	for t, n := range byType {
 		if n > 0 {
 			met.events[t].Add(float64(n))
 		}
@@ -104,7 +107,7 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 }
 
 // storedLocked applies one BlockStored and returns the blocks stored.
-func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32) int {
+func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32, c *counts) int {
 	if e.BlockSize != w.blockSize {
 		ix.m.Anomalies.WithLabelValues(w.name, "block_size_mismatch").Inc()
 		if !w.mismatch {
@@ -135,7 +138,7 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32)
 		if i < len(e.ExtraKeys) && e.ExtraKeys[i] != nil {
 			k = mixExtra(k, e.ExtraKeys[i], e.LoRAName, e.Parent == nil && i == 0)
 		}
-		ix.storeLocked(w, r, h.ID, k, t, now)
+		ix.storeLocked(w, r, h.ID, k, t, now, c)
 		parent = k
 	}
 	w.stored += len(e.BlockHashes)
@@ -143,31 +146,38 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32)
 }
 
 // storeLocked adds one reference of (rank, engine hash eh) → k in tier t.
-func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now uint32) {
-	i, e := r.slot(eh)
-	if i >= 0 && e.key != k {
-		// The engine reused a hash for other content (hash collision or a restart
-		// we missed): the old mapping is gone.
-		ix.releaseLocked(w, r, eh, e)
-		i, e = -1, engEntry{}
+func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now uint32, c *counts) {
+	i, at, d := r.t.probe(eh)
+	var e engEntry
+	if i >= 0 {
+		if e = unpack(r.t.a[i], r.t.b[i]); e.key != k {
+			// The engine reused a hash for other content (hash collision or a restart
+			// we missed): the old mapping is gone.
+			ix.releaseLocked(w, r, eh, e)
+			i, at, e = -1, -1, engEntry{}
+		}
 	}
 	if i < 0 {
 		e = engEntry{key: k}
 		w.nEng++
-		ix.nEng.Add(1)
+		ix.count(c, 0, 0, 1)
 	}
 	e.gen = uint8(w.gen)
 	first := e.refs[t] == 0
 	e.refs[t] = min(e.refs[t]+1, 15)
-	r.setAt(i, eh, e)
-	if ix.confirm(k, w.id, t, first, now) { // a confirming store replaces a speculative entry
+	if i < 0 { // one probe: insert where the lookup stopped (at < 0: from the home slot)
+		r.t.insertAt(eh, e.key, packMeta(e), at, d)
+	} else {
+		r.setAt(i, eh, e)
+	}
+	if ix.confirm(k, w.id, t, first, now, c) { // a confirming store replaces a speculative entry
 		w.specLive--
 	}
 }
 
 // removeLocked releases one reference of (rank, eh) in tier t and reports whether the
 // hash was known.
-func (ix *Index) removeLocked(w *worker, r *rank, eh uint64, t Tier) bool {
+func (ix *Index) removeLocked(w *worker, r *rank, eh uint64, t Tier, c *counts) bool {
 	i, e := r.slot(eh)
 	if i < 0 {
 		return false
@@ -183,12 +193,12 @@ func (ix *Index) removeLocked(w *worker, r *rank, eh uint64, t Tier) bool {
 	}
 	e.refs[t]--
 	if e.refs[t] == 0 {
-		ix.unref(e.key, w.id, t)
+		ix.unref(e.key, w.id, t, c)
 	}
 	if e.refs == [NumTiers]uint8{} {
 		r.t.del(i)
 		w.nEng--
-		ix.nEng.Add(-1)
+		ix.count(c, 0, 0, -1)
 	} else {
 		r.setAt(i, eh, e)
 	}
@@ -206,7 +216,7 @@ func (ix *Index) releaseLocked(w *worker, r *rank, eh uint64, e engEntry) {
 func (ix *Index) unrefAll(w *worker, e engEntry) {
 	for t := Tier(0); t < NumTiers; t++ {
 		if e.refs[t] > 0 {
-			ix.unref(e.key, w.id, t)
+			ix.unref(e.key, w.id, t, nil)
 		}
 	}
 }

@@ -103,11 +103,23 @@ func lookupIndex(workers, background int, shape string) (*Index, []Key) {
 		ix.Store(name, TierGPU, keys[:held])
 		bg := make([]Key, background)
 		for i := range bg {
-			bg[i] = Key(uint64(j)<<40 | uint64(i)*0x9E3779B97F4A7C15)
+			bg[i] = Key(mix64(uint64(j)<<32 | uint64(i)))
 		}
 		ix.Store(name, TierGPU, bg)
 	}
 	return ix, keys
+}
+
+// mix64 is splitmix64's finalizer: distinct inputs give distinct, uniformly spread
+// outputs, as xxhash block keys are. (The first version of lookupIndex used
+// j<<40 | i·φ: the OR made ~5 workers share each "random" key, and every worker's
+// i-th key landed on the same home slot, so probes walked clusters ~15 slots long.)
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // BenchmarkLookup: one Lookup of a 2,048-block prompt; 20,000 other blocks per worker.

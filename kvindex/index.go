@@ -196,9 +196,9 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 	base := len(dst)
 	// cnt[id] is worker id's leading blocks so far (−1: not a candidate), pos[id] its
 	// index in dst[base:]. A holder that cannot advance costs one load and compare.
-	var cntBuf, posBuf [64]int32
+	var cntBuf, posBuf [128]int32
 	var cnt, pos []int32
-	if len(names) <= len(cntBuf) {
+	if len(names) <= len(cntBuf) { // ids are dense: up to 127 workers need no allocation
 		cnt, pos = cntBuf[:len(names)], posBuf[:len(names)]
 	} else {
 		cnt, pos = make([]int32, len(names)), make([]int32, len(names))
@@ -220,6 +220,9 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 	found := dst[base:]
 	if len(found) == 0 {
 		return dst
+	}
+	if len(found) <= 64 {
+		return ix.walkSet(keys, found, cnt, pos, dst, now)
 	}
 	// Keys are processed in groups of 8: first every key's slot is found and its
 	// overflow chunk touched (independent loads, so the cache misses of 8 keys overlap

@@ -54,15 +54,47 @@ func (t *ktab) find(k uint64) int {
 	}
 }
 
+// probe returns k's slot, or −1 with where inserting k would start: slot at, at
+// distance d from k's home (an empty slot or a richer entry). Valid until the table
+// changes.
+func (t *ktab) probe(k uint64) (slot, at, d int) {
+	n := len(t.s)
+	if n == 0 {
+		return -1, -1, 0
+	}
+	k = rhKey(k)
+	i := t.home(k)
+	for d = 0; ; d++ {
+		kk := t.s[i].k
+		if kk == k {
+			return i, -1, 0
+		}
+		if kk == 0 || t.dist(i) < d {
+			return -1, i, d
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
 // insert adds k (absent) with h.
-func (t *ktab) insert(k uint64, h holder) {
+func (t *ktab) insert(k uint64, h holder) { t.insertAt(k, h, -1, 0) }
+
+// insertAt adds k (absent) with h, starting at slot at, distance d, from a probe of
+// the unchanged table (at < 0: from k's home).
+func (t *ktab) insertAt(k uint64, h holder, at, d int) {
 	if (t.n+1)*10 > len(t.s)*9 { // load > 0.9 (Robin Hood keeps probes short up there)
 		t.resize(max(rhMinSize, len(t.s)*5/4))
+		at = -1
 	}
 	cur := kslot{rhKey(k), h}
 	n := len(t.s)
-	i := t.home(cur.k)
-	for d := 0; ; d++ {
+	i := at
+	if i < 0 {
+		i, d = t.home(cur.k), 0
+	}
+	for ; ; d++ {
 		if t.s[i].k == 0 {
 			t.s[i] = cur
 			t.n++

@@ -102,16 +102,47 @@ func (t *rh[A, B]) each(k uint64, f func(i int) bool) {
 	}
 }
 
+// probe returns the first slot holding k, or −1 with where inserting k would start:
+// slot at, at distance d from k's home. Valid until the table changes.
+func (t *rh[A, B]) probe(k uint64) (slot, at, d int) {
+	n := len(t.keys)
+	if n == 0 {
+		return -1, -1, 0
+	}
+	k = rhKey(k)
+	i := t.home(k)
+	for d = 0; ; d++ {
+		kk := t.keys[i]
+		if kk == k {
+			return i, -1, 0
+		}
+		if kk == 0 || t.dist(i) < d {
+			return -1, i, d
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
 // insert adds (k, a, b) and returns its slot (valid until the next insert or delete).
-func (t *rh[A, B]) insert(k uint64, a A, b B) int {
+func (t *rh[A, B]) insert(k uint64, a A, b B) int { return t.insertAt(k, a, b, -1, 0) }
+
+// insertAt is insert starting at slot at, distance d, from a probe of the unchanged
+// table (at < 0: from k's home).
+func (t *rh[A, B]) insertAt(k uint64, a A, b B, at, d int) int {
 	if (t.n+1)*10 > len(t.keys)*9 { // load > 0.9 (Robin Hood keeps probes short up there)
 		t.grow()
+		at = -1
 	}
 	k = rhKey(k)
 	n := len(t.keys)
-	i := t.home(k)
+	i := at
+	if i < 0 {
+		i, d = t.home(k), 0
+	}
 	placed := -1
-	for d := 0; ; d++ {
+	for ; ; d++ {
 		if t.keys[i] == 0 {
 			t.keys[i], t.a[i], t.b[i] = k, a, b
 			t.n++

@@ -222,6 +222,42 @@ func (ix *Index) update(k Key, id uint16, create func() holder, f func(*holder) 
 	return before, holder{}, true
 }
 
+// counts accumulates the changes one batch makes to the index-wide counters (nKeys,
+// nHolders, nEng), so a batch costs one atomic add per counter instead of several per
+// block. A nil *counts applies each change at once.
+type counts struct{ keys, holders, eng int64 }
+
+func (ix *Index) count(c *counts, keys, holders, eng int64) {
+	if c != nil {
+		c.keys += keys
+		c.holders += holders
+		c.eng += eng
+		return
+	}
+	ix.flush(&counts{keys, holders, eng})
+}
+
+// flush applies c to the index-wide counters.
+func (ix *Index) flush(c *counts) {
+	if c.keys != 0 {
+		ix.nKeys.Add(c.keys)
+	}
+	if c.holders != 0 {
+		ix.nHolders.Add(c.holders)
+	}
+	if c.eng != 0 {
+		ix.nEng.Add(c.eng)
+	}
+	*c = counts{}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func (ix *Index) added(newKey bool) {
 	if newKey {
 		ix.nKeys.Add(1)
@@ -238,16 +274,31 @@ func (ix *Index) removed(keyGone bool) {
 
 // confirm records one more engine reference (when first) of id on k in tier t and
 // reports whether it replaced a speculative holder: the hot path of BlockStored.
-func (ix *Index) confirm(k Key, id uint16, t Tier, first bool, now uint32) (wasSpec bool) {
+func (ix *Index) confirm(k Key, id uint16, t Tier, first bool, now uint32, c *counts) (wasSpec bool) {
 	sh := &ix.shards[shardOf(k)]
 	sh.mu.Lock()
-	slot, h := sh.locate(k, id)
+	slot, at, d := sh.t.probe(uint64(k))
+	var h *holder
+	if slot >= 0 {
+		hs := sh.holdersAt(slot)
+		for j := range hs {
+			if hs[j].id() == id {
+				h = &hs[j]
+				break
+			}
+		}
+	}
 	if h == nil {
 		nh := holder{wf: id, stamp: now}
 		nh.addRef(t, 1)
-		newKey := sh.add(k, slot, nh)
+		newKey := slot < 0
+		if newKey { // one probe: insert where the lookup stopped
+			sh.t.insertAt(uint64(k), nh, at, d)
+		} else {
+			sh.add(k, slot, nh)
+		}
 		sh.mu.Unlock()
-		ix.added(newKey)
+		ix.count(c, b2i(newKey), 1, 0)
 		return false
 	}
 	if h.spec() {
@@ -265,13 +316,13 @@ func (ix *Index) confirm(k Key, id uint16, t Tier, first bool, now uint32) (wasS
 
 // unref releases one engine reference of id on k in tier t; the holder goes when none
 // is left. The hot path of BlockRemoved.
-func (ix *Index) unref(k Key, id uint16, t Tier) {
+func (ix *Index) unref(k Key, id uint16, t Tier, c *counts) {
 	sh := &ix.shards[shardOf(k)]
 	sh.mu.Lock()
 	if slot, h := sh.locate(k, id); h != nil {
 		h.addRef(t, -1)
 		if h.refs == 0 && !h.spec() {
-			ix.removed(sh.remove(k, slot, id))
+			ix.count(c, -b2i(sh.remove(k, slot, id)), -1, 0)
 		}
 	}
 	sh.mu.Unlock()

@@ -300,12 +300,14 @@ func (ix *Index) Store(name string, tier Tier, keys []Key) {
 	w.mu.Lock()
 	r := w.rank(0)
 	now := ix.tick()
+	var cs counts
 	for _, k := range keys {
 		if _, e := r.slot(uint64(k)); e.refs[tier] > 0 {
 			continue // Store is idempotent: presence, not a reference count
 		}
-		ix.storeLocked(w, r, uint64(k), k, tier, now)
+		ix.storeLocked(w, r, uint64(k), k, tier, now, &cs)
 	}
+	ix.flush(&cs)
 	w.batches++
 	ix.modeLocked(w)
 	w.mu.Unlock()

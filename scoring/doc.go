@@ -37,6 +37,19 @@
 // "global scheduler" cost and Mooncake's Conductor TTFT estimate; kvroute adds
 // per-worker online calibration.
 //
+// # The pick
+//
+// The lowest predicted TTFT wins. Predictions within the near-tie margin (default 10 %,
+// about the spread of learned factors between identical workers) are broken by what the
+// TTFT of this request does not show, its cost to later ones: the least prefill work
+// for this request (a prefix cached or being prefilled more than one engine step ahead
+// is not recomputed elsewhere: vLLM v1 caches a block only once computed,
+// vllm/v1/core/kv_cache_manager.py, so a request scheduled in the same step as the
+// prefill recomputes it), then fewest booked prefill tokens, then fewest recent cache
+// writes (a new prefix evicts the oldest LRU blocks where the cache turns over slowest;
+// SGLang's cache-aware router sends misses to the smallest tree for the same reason),
+// then fewest booked requests, then at random.
+//
 // # Concurrency
 //
 // The router calls Policy.Pick with its lock held, so a burst of requests is decided

@@ -31,6 +31,7 @@ type workerModel struct {
 	prior         prior   // the prior the factors are relative to; a changed profile resets them
 	est           *rls    // factors θ
 	foreignTokens float64 // EWMA of uncached prompt tokens of requests routed here
+	writes        decayed // uncached prompt tokens routed here, decayed by WriteHalfLife
 }
 
 // foreignAlpha is the EWMA weight of one request in foreignTokens (≈ last 20 requests).
@@ -96,7 +97,25 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		}
 		p.mu.Unlock()
 	}
-	d := choose(&p.o, in, cands, preds)
+	writes := make([]float64, len(cands))
+	p.mu.RLock()
+	for i := range cands {
+		if c := &cands[i]; c.Worker != nil {
+			if wm := p.workers[c.Worker.Name]; wm != nil {
+				writes[i] = wm.writes.at(in.Now, p.o.WriteHalfLife)
+			}
+		}
+	}
+	p.mu.RUnlock()
+	d := choose(&p.o, in, cands, preds, writes)
+	if !in.DryRun && !d.Shed && d.Index >= 0 && cands[d.Index].Worker != nil {
+		u := float64(max(in.PromptTokens-cands[d.Index].CachedTokens, 0))
+		p.mu.Lock()
+		if wm := p.workers[cands[d.Index].Worker.Name]; wm != nil {
+			wm.writes.add(u, in.Now, p.o.WriteHalfLife)
+		}
+		p.mu.Unlock()
+	}
 	if l := p.o.Logger; l != nil && !in.DryRun && l.Enabled(context.Background(), slog.LevelDebug) {
 		p.logDecision(l, in, cands, d)
 	}

@@ -50,6 +50,10 @@ type Options struct {
 	TieMargin float64
 	// TieMarginMin is the absolute near-tie margin. 0 → 1 ms.
 	TieMarginMin time.Duration
+	// WriteHalfLife is the half-life of each worker's recent cache writes (uncached
+	// prompt tokens kvroute sent it), the near-tie break that places new prefixes where
+	// the cache turns over slowest (its LRU victim is oldest). 0 → 30 s.
+	WriteHalfLife time.Duration
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.
@@ -127,11 +131,12 @@ func (o Options) withDefaults() Options {
 	defI(&o.BatchTokens, 8192)
 	defI(&o.ForeignRequestTokens, 1024)
 	defD(&o.LoadHalfLife, 2*time.Second)
-	def(&o.TieMargin, 0.02)
+	def(&o.TieMargin, 0.10)
 	if o.TieMargin < 0 {
 		o.TieMargin = 0
 	}
 	defD(&o.TieMarginMin, time.Millisecond)
+	defD(&o.WriteHalfLife, 30*time.Second)
 	defD(&o.RetryAfterMax, 30*time.Second)
 	def(&o.Forgetting, 0.99)
 	o.Forgetting = min(o.Forgetting, 1)

@@ -15,12 +15,18 @@ import (
 //     tokens, then at random (reason "slo"). When none meets it, fall through (or shed
 //     when ShedOnSLOMiss).
 //  3. Otherwise the lowest prediction; workers within the near-tie margin of it are
-//     ties, broken by fewest in-flight tokens (booked uncached prefill tokens, then
-//     booked requests), then at random — never by list order.
+//     ties, broken by the least prefill work for this request (fewest uncached tokens:
+//     a prefix cached — or being prefilled, speculatively indexed — on one worker is not
+//     recomputed on another for a near-equal TTFT; the GPU time saved is what later
+//     requests would have queued behind), then fewest in-flight tokens (booked
+//     uncached prefill tokens), then
+//     fewest recent cache writes (writes[i], the slowest cache turnover: what this
+//     request's prefill evicts there is the oldest), then fewest booked requests, then
+//     at random — never by list order. writes may be nil.
 //
 // Without token information (Input.Degraded or no prompt tokens) the predictions hold
 // only queue and overhead terms: a load-only choice, reason "degraded".
-func choose(o *Options, in *Input, cands []Candidate, preds []Prediction) Decision {
+func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes []float64) Decision {
 	best := 0
 	for i := range preds {
 		if preds[i].TTFT < preds[best].TTFT {
@@ -41,7 +47,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction) Decisi
 		}
 		if len(meet) > 0 {
 			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cands[i].CachedTokens, 0) })
-			return Decision{Index: breakTie(o.Rand, cands, least), Reason: ReasonSLO, Predictions: preds}
+			return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
 		if o.ShedOnSLOMiss {
 			return shed(o, preds, bestTTFT-in.SLO)
@@ -61,7 +67,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction) Decisi
 	if degraded {
 		reason = ReasonDegraded
 	}
-	return Decision{Index: breakTie(o.Rand, cands, ties), Reason: reason, Predictions: preds}
+	return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, writes, ties), Reason: reason, Predictions: preds}
 }
 
 func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
@@ -69,13 +75,18 @@ func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
 	return Decision{Index: -1, Reason: ReasonBest, Predictions: preds, Shed: true, RetryAfter: ra}
 }
 
-// breakTie returns one of idx: fewest booked uncached prefill tokens, then fewest
-// booked requests, then uniformly at random.
-func breakTie(rng *rand.Rand, cands []Candidate, idx []int) int {
+// breakTie returns one of idx: fewest uncached tokens of this prompt, then fewest
+// booked uncached prefill tokens, then fewest recent cache writes (whole tokens; writes
+// may be nil), then fewest booked requests, then uniformly at random.
+func breakTie(rng *rand.Rand, prompt, batch int, cands []Candidate, writes []float64, idx []int) int {
 	if len(idx) == 1 {
 		return idx[0]
 	}
+	idx = minBy(idx, func(i int) int { return tieWork(prompt, batch, &cands[i]) })
 	idx = minBy(idx, func(i int) int { return cands[i].Booked.PrefillTokens })
+	if writes != nil {
+		idx = minBy(idx, func(i int) int { return int(writes[i]) })
+	}
 	idx = minBy(idx, func(i int) int { return cands[i].Booked.Requests })
 	if len(idx) == 1 {
 		return idx[0]
@@ -100,4 +111,19 @@ func minBy(idx []int, key func(int) int) []int {
 		}
 	}
 	return out
+}
+
+// tieWork is the prefill work (tokens) a near-tie break charges request of prompt
+// tokens on c: its uncached tokens, plus its cached tokens when less than one engine
+// step (batch tokens) of prefill is booked ahead. Those cached tokens may be the
+// in-flight prefill itself (speculatively indexed), which vLLM v1 recomputes when our
+// request is scheduled in the same step: blocks enter the prefix cache only once
+// computed (vllm/v1/core/kv_cache_manager.py), so only a prefill more than a step
+// ahead of us is one we can usefully wait for.
+func tieWork(prompt, batch int, c *Candidate) int {
+	u := max(prompt-c.CachedTokens, 0)
+	if q := c.Booked.PrefillTokens; q > 0 && q < batch {
+		u += min(c.CachedTokens, q)
+	}
+	return u
 }

@@ -163,3 +163,34 @@ func TestDebugLogNamesTheTerms(t *testing.T) {
 		t.Fatal("explain (dry-run) picks are not logged")
 	}
 }
+
+// TestNearTiePrefersPrefixBeingPrefilled: a prefix being prefilled on one worker (its
+// blocks speculatively indexed, more than one engine step of its prefill booked) is not
+// recomputed on an idle worker for a near-equal TTFT: waiting for it costs this request
+// ~the same and saves the cluster a 6,000-token prefill. When the booked prefill fits
+// in one step (batch 8192), vLLM would schedule both in the same step and recompute the
+// uncommitted blocks anyway: no preference, the idle cold worker wins. With exact ties
+// only, the 3 % faster cold worker wins too.
+func TestNearTiePrefersPrefixBeingPrefilled(t *testing.T) {
+	in := input(6200)
+	mk := func() []Candidate { return []Candidate{cand("cold", 0, 0), cand("inflight", 6000, 6200)} }
+	p := NewPredictor(Options{Rand: seeded(1), BatchTokens: 2048}, true)
+	cs := mk()
+	pc, pi := p.Predict(in, &cs[0]), p.Predict(in, &cs[1])
+	if !(pc.TTFT < pi.TTFT && pi.TTFT < pc.TTFT*110/100) {
+		t.Fatalf("setup: want cold slightly faster, within 10%%: cold %v, in flight %v", pc.TTFT, pi.TTFT)
+	}
+	if d := p.Pick(in, cs); cs[d.Index].Worker.Name != "inflight" || d.Reason != ReasonTie {
+		t.Fatalf("near-tie must go to the least prefill work: %+v", d)
+	}
+	oneStep := NewPredictor(Options{Rand: seeded(1), BatchTokens: 8192}, true)
+	cs = mk()
+	if d := oneStep.Pick(in, cs); cs[d.Index].Worker.Name != "cold" || d.Reason != ReasonTie {
+		t.Fatalf("an in-flight prefill within one step is recomputed anyway: the idle worker must win: %+v", d)
+	}
+	exact := NewPredictor(Options{Rand: seeded(1), BatchTokens: 2048, TieMargin: -1, TieMarginMin: time.Nanosecond}, true)
+	cs = mk()
+	if d := exact.Pick(in, cs); cs[d.Index].Worker.Name != "cold" || d.Reason != ReasonBest {
+		t.Fatalf("with exact ties only the faster prediction wins: %+v", d)
+	}
+}

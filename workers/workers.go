@@ -30,13 +30,17 @@ type KVEvents struct {
 type Worker struct {
 	Name     string   // unique name; defaults to Address
 	Address  string   // HTTP endpoint "ip:port", written into the destination header
-	Models   []string // served model names (and LoRA adapters) this worker accepts
+	Models   []string // served model names (and LoRA adapters) this worker accepts; empty = any
 	KVEvents KVEvents
 	Profile  Profile
 }
 
-// Serves reports whether w serves model.
+// Serves reports whether w serves model. A worker with no Models serves any model
+// (a configuration that lists workers but no models).
 func (w *Worker) Serves(model string) bool {
+	if len(w.Models) == 0 {
+		return true
+	}
 	for _, m := range w.Models {
 		if m == model {
 			return true

@@ -1,0 +1,121 @@
+package kvindex
+
+import "math/bits"
+
+// walkSet is Lookup's walk when at most 64 workers hold keys[0]. found[c] is candidate
+// c (Blocks 1, its keys[0] tier counted); cnt[id] > 0 and pos[id] == c for candidates.
+// The still-matching candidates are one uint64 bitset, so a holder costs a byte load
+// (its candidate bit), a flag test and an OR — no per-holder counter store, no
+// string or map access. Tier counts other than GPU are added per holder (rare);
+// GPU = Blocks − the others at the end. The walk stops at the first key that leaves
+// the set empty, or that no worker holds.
+//
+// Keys are walked in groups of 8 with read-ahead: while a group is walked, the home
+// slots of the next group load, and each of the group's slots was found (and its
+// overflow chunk loaded) just before, so the cache misses of 8 keys overlap instead of
+// being paid one by one.
+func (ix *Index) walkSet(keys []Key, found []Match, cnt, pos []int32, dst []Match, now uint32) []Match {
+	// bit[id] is id's candidate bit (0: not a candidate).
+	var bitBuf [128]uint64
+	var bit []uint64
+	if len(cnt) <= len(bitBuf) {
+		bit = bitBuf[:len(cnt)]
+	} else {
+		bit = make([]uint64, len(cnt))
+	}
+	for id, v := range cnt {
+		if v > 0 {
+			bit[id] = 1 << pos[id]
+		}
+	}
+	alive := ^uint64(0) >> (64 - len(found))
+	var length [64]int32 // leading blocks of candidates that dropped out
+	n := len(keys)
+	end := n // keys[:end] matched by every candidate still in alive
+
+	const group = 8
+	var slots [group]int32
+	var ahead uint64
+	touch := func(from, to int) { // plain loads of home slots: no branches, so they overlap
+		for j := from; j < to; j++ {
+			t := &ix.shards[shardOf(keys[j])].t
+			if len(t.s) > 0 {
+				ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
+			}
+		}
+	}
+	touch(1, min(1+group, n))
+walk:
+	for g := 1; g < n; g += group {
+		gend := min(g+group, n)
+		touch(gend, min(gend+group, n))
+		for j := g; j < gend; j++ {
+			sh := &ix.shards[shardOf(keys[j])]
+			i := sh.t.find(uint64(keys[j]))
+			slots[j-g] = int32(i)
+			if i >= 0 {
+				if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {
+					ahead += uint64(sh.arena[h.stamp].wf)
+				}
+			}
+		}
+		for i := g; i < gend; i++ {
+			slot := slots[i-g]
+			if slot < 0 {
+				end = i
+				break walk
+			}
+			var m uint64
+			for _, h := range ix.shards[shardOf(keys[i])].holdersAt(int(slot)) {
+				id := int(h.wf & idMask)
+				if id >= len(bit) {
+					continue
+				}
+				if h.wf&fSpec == 0 && h.refs&(1<<tierBits-1) != 0 { // confirmed, GPU: the common case
+					m |= bit[id]
+					continue
+				}
+				if b := bit[id]; b != 0 {
+					m |= ix.liveBit(h, b, alive, found, now)
+				}
+			}
+			for drop := alive &^ m; drop != 0; drop &= drop - 1 {
+				length[bits.TrailingZeros64(drop)] = int32(i)
+			}
+			if alive &= m; alive == 0 {
+				end = i
+				break walk
+			}
+		}
+	}
+	for ; alive != 0; alive &= alive - 1 {
+		length[bits.TrailingZeros64(alive)] = int32(end)
+	}
+	for c := range found {
+		f := &found[c]
+		f.Blocks = int(length[c])
+		f.ByTier[TierGPU] = 0
+		f.ByTier[TierGPU] = f.Blocks - f.ByTier[TierCPU] - f.ByTier[TierDisk] - f.ByTier[TierOther]
+	}
+	lookupSink.Add(ahead & 1)
+	return dst
+}
+
+// liveBit returns b when holder h (of candidate bit b, not a confirmed GPU holder) is
+// live at tick now, adding its block to the candidate's tier count when it is below
+// GPU and the candidate still matches (b in alive); 0 when h does not count.
+func (ix *Index) liveBit(h holder, b, alive uint64, found []Match, now uint32) uint64 {
+	switch {
+	case h.wf&fSpec != 0: // speculative: GPU until it expires
+		if h.wf&fNoExp == 0 && after(now, h.stamp) {
+			return 0
+		}
+	case h.refs == 0:
+		return 0
+	default: // confirmed, fastest tier below GPU
+		if alive&b != 0 {
+			found[bits.TrailingZeros64(b)].ByTier[bits.TrailingZeros16(h.refs)/tierBits]++
+		}
+	}
+	return b
+}
