@@ -260,7 +260,8 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if l.Proxy != nil {
-		srv := &http.Server{Handler: proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger}), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
+			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0}), ReadHeaderTimeout: 10 * time.Second}
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Proxy) })
 		a.Logger.Info("proxy listening", "addr", l.Proxy.Addr().String())

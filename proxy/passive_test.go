@@ -137,3 +137,23 @@ func TestResetBeforeHeadersNotRetried(t *testing.T) {
 		t.Fatalf("%d %q hits %d healthy %v", rec.Code, rec.Body.String(), hits.Load(), reg.Healthy("a"))
 	}
 }
+
+// With passive health off (no scraper to revive workers), a dial failure still retries
+// once elsewhere but leaves the worker healthy: otherwise it would stay out forever.
+func TestDialFailureWithoutPassiveHealth(t *testing.T) {
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	}))
+	t.Cleanup(live.Close)
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "a", Address: deadAddr(t), Models: []string{"m"}}, {Name: "b", Address: strings.TrimPrefix(live.URL, "http://"), Models: []string{"m"}}})
+	ms := metrics.NewUnregistered()
+	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: firstHealthy{}})
+	h := New(Options{Router: r, Config: config.Default().ExtProc, Metrics: ms, NoPassiveHealth: true})
+	if rec := post(h); rec.Code != 200 {
+		t.Fatalf("retry must still serve the request: %d %s", rec.Code, rec.Body.String())
+	}
+	if !reg.Healthy("a") {
+		t.Fatal("with NoPassiveHealth the unreachable worker must stay healthy")
+	}
+}

@@ -43,6 +43,10 @@ type Options struct {
 	Logger  *slog.Logger   // nil: slog.Default()
 	// Transport carries requests to workers; nil: a clone of http.DefaultTransport.
 	Transport http.RoundTripper
+	// NoPassiveHealth keeps a worker whose connection failed healthy (the request is still
+	// retried once elsewhere). Set it when nothing would mark the worker healthy again:
+	// only the /metrics scraper (scoring.scrape.interval > 0) revives workers.
+	NoPassiveHealth bool
 }
 
 type handler struct {
@@ -123,7 +127,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
-	// and the request, of which nothing was sent, is picked again (see errorHandler).
+	// (unless passive health is off) and the request, of which nothing was sent, is
+	// picked again among the other workers (see errorHandler).
 	for attempt := 0; attempt < 2; attempt++ {
 		t, err := h.opt.Router.Pick(r.Context(), req, po)
 		if err != nil {
@@ -139,6 +144,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !f.retry {
 			return
 		}
+		po.Exclude = t.Worker // never retry on the worker that refused the connection
 	}
 }
 
@@ -221,8 +227,10 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 		worker, addr = f.ticket.Worker, f.ticket.Address
 	}
 	if f != nil && isDialError(err) {
-		h.opt.Router.Registry().SetHealthy(worker, false)
-		h.log.Warn("proxy: worker unreachable, marked unhealthy until its next successful scrape",
+		if !h.opt.NoPassiveHealth {
+			h.opt.Router.Registry().SetHealthy(worker, false)
+		}
+		h.log.Warn("proxy: worker unreachable (marked unhealthy until its next successful scrape unless passive health is off)",
 			"worker", worker, "address", addr, "retry", f.mayRetry, "err", err)
 		if f.mayRetry {
 			f.retry = true

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -128,6 +129,9 @@ func (r *Router) Policy() scoring.Policy { return r.opt.Policy }
 type PickOptions struct {
 	RequestID string        // for logs and the admin view; "" → generated
 	SLO       time.Duration // TTFT objective from x-slo-ttft-ms; 0 none
+	// Exclude names a worker not to pick (a retry after that worker refused the
+	// connection); "" none.
+	Exclude string
 }
 
 // Pick chooses a worker for req and books it. The returned Ticket must be ended with
@@ -255,6 +259,9 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		r.m.Errors.WithLabelValues("unknown_model").Inc()
 		return nil, nil, &Error{Status: http.StatusNotFound, Type: "NotFoundError",
 			Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+	}
+	if opt.Exclude != "" {
+		ws = slices.DeleteFunc(ws, func(w *workers.Worker) bool { return w.Name == opt.Exclude })
 	}
 	if len(ws) == 0 {
 		return nil, nil, r.noHealthy(req.Model)
