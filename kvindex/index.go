@@ -227,31 +227,12 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 	// Keys are processed in groups of 8: first every key's slot is found and its
 	// overflow chunk touched (independent loads, so the cache misses of 8 keys overlap
 	// instead of being paid one by one), then the group is walked.
-	const group = 8
-	var slots [group]int32
-	var ahead uint64
-	touch := func(from, to int) { // plain loads of home slots: no branches, so they overlap
-		for j := from; j < to; j++ {
-			t := &ix.shards[shardOf(keys[j])].t
-			if n := len(t.s); n > 0 {
-				ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
-			}
-		}
-	}
-	touch(1, min(1+group, len(keys)))
-	for g := 1; g < len(keys); g += group {
-		end := min(g+group, len(keys))
-		touch(end, min(end+group, len(keys))) // the next group's slots load while this one is walked
-		for j := g; j < end; j++ {
-			sh := &ix.shards[shardOf(keys[j])]
-			i := sh.t.find(uint64(keys[j]))
-			slots[j-g] = int32(i)
-			if i >= 0 {
-				if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {
-					ahead += uint64(sh.arena[h.stamp].wf)
-				}
-			}
-		}
+	var slots [lookupGroup]int32
+	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, len(keys)))
+	for g := 1; g < len(keys); g += lookupGroup {
+		end := min(g+lookupGroup, len(keys))
+		ahead += ix.touchHome(keys, end, min(end+lookupGroup, len(keys))) // the next group loads while this one is walked
+		ahead += ix.findGroup(keys, g, end, &slots)
 		for i := g; i < end; i++ {
 			if slots[i-g] < 0 {
 				return finish(found, cnt, pos, dst, ahead)

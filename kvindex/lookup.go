@@ -33,32 +33,13 @@ func (ix *Index) walkSet(keys []Key, found []Match, cnt, pos []int32, dst []Matc
 	n := len(keys)
 	end := n // keys[:end] matched by every candidate still in alive
 
-	const group = 8
-	var slots [group]int32
-	var ahead uint64
-	touch := func(from, to int) { // plain loads of home slots: no branches, so they overlap
-		for j := from; j < to; j++ {
-			t := &ix.shards[shardOf(keys[j])].t
-			if len(t.s) > 0 {
-				ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
-			}
-		}
-	}
-	touch(1, min(1+group, n))
+	var slots [lookupGroup]int32
+	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, n))
 walk:
-	for g := 1; g < n; g += group {
-		gend := min(g+group, n)
-		touch(gend, min(gend+group, n))
-		for j := g; j < gend; j++ {
-			sh := &ix.shards[shardOf(keys[j])]
-			i := sh.t.find(uint64(keys[j]))
-			slots[j-g] = int32(i)
-			if i >= 0 {
-				if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {
-					ahead += uint64(sh.arena[h.stamp].wf)
-				}
-			}
-		}
+	for g := 1; g < n; g += lookupGroup {
+		gend := min(g+lookupGroup, n)
+		ahead += ix.touchHome(keys, gend, min(gend+lookupGroup, n)) // the next group loads while this one is walked
+		ahead += ix.findGroup(keys, g, gend, &slots)
 		for i := g; i < gend; i++ {
 			slot := slots[i-g]
 			if slot < 0 {
@@ -118,4 +99,37 @@ func (ix *Index) liveBit(h holder, b, alive uint64, found []Match, now uint32) u
 		}
 	}
 	return b
+}
+
+// lookupGroup is the walk's group size: the slots of 8 keys are found (and the next 8
+// home slots loaded) before the group is walked, so their cache misses overlap.
+const lookupGroup = 8
+
+// touchHome loads the home slots of keys[from:to] (plain loads, no branches, so they
+// overlap) and returns a value derived from them, which callers feed to lookupSink so
+// that the compiler keeps the loads.
+func (ix *Index) touchHome(keys []Key, from, to int) (ahead uint64) {
+	for j := from; j < to; j++ {
+		t := &ix.shards[shardOf(keys[j])].t
+		if len(t.s) > 0 {
+			ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
+		}
+	}
+	return ahead
+}
+
+// findGroup stores into slots the table slot of each of keys[g:end] (−1 when absent),
+// touching each found key's overflow chunk, and returns the read-ahead value.
+func (ix *Index) findGroup(keys []Key, g, end int, slots *[lookupGroup]int32) (ahead uint64) {
+	for j := g; j < end; j++ {
+		sh := &ix.shards[shardOf(keys[j])]
+		i := sh.t.find(uint64(keys[j]))
+		slots[j-g] = int32(i)
+		if i >= 0 {
+			if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {
+				ahead += uint64(sh.arena[h.stamp].wf)
+			}
+		}
+	}
+	return ahead
 }
