@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -288,65 +287,7 @@ func TestClientDisconnectMidStream(t *testing.T) {
 // A burst of 100 identical concurrent requests: each pick is booked under the lock
 // that made it, so later picks see earlier bookings and the burst spreads by load.
 func TestBurstSpreadsByLoad(t *testing.T) {
-	const n, nw = 100, 4
-	hold := make(chan struct{})
-	arrived := make(chan string, n)
-	f := newFixture(t, fixtureOpts{workers: nw, envoy: Config{RequestBodyMode: Buffered, ResponseBodyMode: Streamed, MessageTimeout: 10 * time.Second},
-		setup: func(ws []*testWorker) {
-			for _, w := range ws {
-				w.hold, w.arrived = hold, arrived
-			}
-		}})
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(hold) }) })
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: n}
-	cl := &http.Client{Transport: tr}
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := cl.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatNonStream))
-			if err != nil {
-				errs <- err
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				errs <- fmt.Errorf("status %d", resp.StatusCode)
-			}
-		}()
-	}
-	per := map[string]int{}
-	for i := 0; i < n; i++ {
-		select {
-		case w := <-arrived:
-			per[w]++
-		case err := <-errs:
-			t.Fatalf("after %d arrivals: %v", i, err)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("only %d of %d requests reached a worker", i, n)
-		}
-	}
-	if got := f.inFlight(); got != n {
-		t.Fatalf("in flight with all requests held = %d, want %d", got, n)
-	}
-	release.Do(func() { close(hold) })
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for _, w := range f.workers {
-		if per[w.name] != n/nw {
-			t.Fatalf("spread %v: want %d on each worker (identical requests, least booked wins ties)", per, n/nw)
-		}
-	}
-	if f.inFlight() != 0 {
-		t.Fatal("tickets leaked")
-	}
+	burstSpreadsByLoad(t, fixtureOpts{workers: 4, envoy: Config{RequestBodyMode: Buffered, ResponseBodyMode: Streamed, MessageTimeout: 10 * time.Second}}, 100)
 }
 
 // Ticket expiry: a response that never finishes is released by the sweep after

@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,3 +203,71 @@ const (
 	chatStream    = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello there"}]}`
 	chatNonStream = `{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}`
 )
+
+// burstSpreadsByLoad sends a burst of n identical concurrent requests through the front
+// opts describes (opts.workers workers, each holding every request until all arrived)
+// and checks that every worker got n/workers of them: each pick is booked under the lock
+// that made it, so later picks see earlier bookings. Shared by the Envoy stand-in and
+// the proxy tests.
+func burstSpreadsByLoad(t *testing.T, opts fixtureOpts, n int) {
+	t.Helper()
+	nw := opts.workers
+	hold := make(chan struct{})
+	arrived := make(chan string, n)
+	opts.setup = func(ws []*testWorker) {
+		for _, w := range ws {
+			w.hold, w.arrived = hold, arrived
+		}
+	}
+	f := newFixture(t, opts)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(hold) }) })
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: n}
+	cl := &http.Client{Transport: tr}
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := cl.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatNonStream))
+			if err != nil {
+				errs <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}()
+	}
+	per := map[string]int{}
+	for i := 0; i < n; i++ {
+		select {
+		case w := <-arrived:
+			per[w]++
+		case err := <-errs:
+			t.Fatalf("after %d arrivals: %v", i, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of %d requests reached a worker", i, n)
+		}
+	}
+	if got := f.inFlight(); got != n {
+		t.Fatalf("in flight with all requests held = %d, want %d", got, n)
+	}
+	release.Do(func() { close(hold) })
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, w := range f.workers {
+		if per[w.name] != n/nw {
+			t.Fatalf("spread %v: want %d on each worker (identical requests, least booked wins ties)", per, n/nw)
+		}
+	}
+	if f.inFlight() != 0 {
+		t.Fatal("tickets leaked")
+	}
+}

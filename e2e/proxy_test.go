@@ -3,13 +3,9 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -132,59 +128,7 @@ func TestProxyClientDisconnectMidStream(t *testing.T) {
 	}
 }
 
+// The same burst through kvroute proxy: the same router core books each pick under its lock.
 func TestProxyBurstSpreadsByLoad(t *testing.T) {
-	const n, nw = 100, 4
-	hold := make(chan struct{})
-	arrived := make(chan string, n)
-	f := newFixture(t, fixtureOpts{proxy: true, workers: nw, setup: func(ws []*testWorker) {
-		for _, w := range ws {
-			w.hold, w.arrived = hold, arrived
-		}
-	}})
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(hold) }) })
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := cl.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatNonStream))
-			if err != nil {
-				errs <- err
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				errs <- fmt.Errorf("status %d", resp.StatusCode)
-			}
-		}()
-	}
-	per := map[string]int{}
-	for i := 0; i < n; i++ {
-		select {
-		case w := <-arrived:
-			per[w]++
-		case err := <-errs:
-			t.Fatalf("after %d arrivals: %v", i, err)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("only %d of %d requests reached a worker", i, n)
-		}
-	}
-	release.Do(func() { close(hold) })
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for _, w := range f.workers {
-		if per[w.name] != n/nw {
-			t.Fatalf("spread %v, want %d each", per, n/nw)
-		}
-	}
-	if f.inFlight() != 0 {
-		t.Fatal("tickets leaked")
-	}
+	burstSpreadsByLoad(t, fixtureOpts{proxy: true, workers: 4}, 100)
 }
