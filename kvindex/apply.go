@@ -15,7 +15,9 @@ var ErrUnknownWorker = errors.New("kvindex: unknown worker")
 // ApplyPayload decodes one msgpack event batch exactly as it arrives on the wire (the
 // third ZMQ frame) and applies it to worker's data-parallel rank dpRank, in order, with
 // no sequence tracking (in-process simulators call it directly). A payload that does
-// not decode is counted and dropped whole; the error wraps kvevents.ErrMalformed.
+// not decode is counted and dropped whole; the error wraps kvevents.ErrMalformed. A
+// decoded event whose fields disagree (kvevents.Event.Err) is counted as the anomaly
+// bad_event and skipped; the rest of its batch is applied.
 // An unknown worker is added with events expected and the default namespace ("" model).
 func (ix *Index) ApplyPayload(worker string, dpRank int, payload []byte) error {
 	var b kvevents.Batch
@@ -42,8 +44,9 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 		return fmt.Errorf("%w: %s", ErrUnknownWorker, name)
 	}
 	r := w.rank(dpRank)
-	var stored, removed int
+	var stored, removed, bad int
 	var byType [5]int // by kvevents.Type, then skipped
+	byType[kvevents.TypeUnknown] = b.Unknown
 	var cs counts     // index-wide counter changes, applied once (flushed before clears)
 	for i := range b.Events {
 		e := &b.Events[i]
@@ -55,10 +58,18 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 				continue
 			}
 			w.groups[e.GroupIdx] = true
+			if e.Err != nil { // after the kind filter: a skipped group's event is never "bad"
+				bad++
+				continue
+			}
 			stored += ix.storedLocked(w, r, e, now, &cs)
 		case kvevents.TypeBlockRemoved:
 			if ok, known := w.groups[e.GroupIdx]; known && !ok {
 				byType[4]++
+				continue
+			}
+			if e.Err != nil {
+				bad++
 				continue
 			}
 			t := ParseTier(e.Medium)
@@ -96,6 +107,9 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	}
 	if removed > 0 {
 		met.removed.Add(float64(removed))
+	}
+	if bad > 0 {
+		ix.m.Anomalies.WithLabelValues(name, "bad_event").Add(float64(bad))
 	}
 	met.batchs.Inc()
 	if b.TS > 0 {

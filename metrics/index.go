@@ -10,7 +10,7 @@ type Index struct {
 	Blocks        *prometheus.CounterVec   // worker, op: stored, removed — blocks applied
 	Batches       *prometheus.CounterVec   // worker: batches (ZMQ messages) applied
 	DecodeErrors  *prometheus.CounterVec   // worker: payloads that did not decode (dropped whole)
-	Anomalies     *prometheus.CounterVec   // worker, kind: unknown_parent, unknown_removed, block_size_mismatch
+	Anomalies     *prometheus.CounterVec   // worker, kind: unknown_parent, unknown_removed, block_size_mismatch, bad_event
 	Gaps          *prometheus.CounterVec   // worker: sequence gaps detected
 	Replays       *prometheus.CounterVec   // worker, result: ok, partial, failed
 	Restarts      *prometheus.CounterVec   // worker: publisher restarts detected (sequence went backwards)
@@ -38,7 +38,7 @@ func newIndex(reg prometheus.Registerer) *Index {
 		Blocks:       cv("blocks_total", "Blocks applied per worker, by op (stored, removed).", "worker", "op"),
 		Batches:      cv("batches_total", "KV event batches (ZMQ messages) applied per worker.", "worker"),
 		DecodeErrors: cv("decode_errors_total", "KV event payloads that did not decode and were dropped whole, per worker.", "worker"),
-		Anomalies: cv("anomalies_total", "Events that could not be applied exactly, per worker and kind (unknown_parent, unknown_removed, block_size_mismatch).",
+		Anomalies: cv("anomalies_total", "Events that could not be applied exactly, per worker and kind (unknown_parent, unknown_removed, block_size_mismatch, bad_event: fields disagree, event dropped alone).",
 			"worker", "kind"),
 		Gaps:       cv("sequence_gaps_total", "Sequence gaps detected in a worker's KV event stream.", "worker"),
 		Replays:    cv("replays_total", "Replay requests per worker by result (ok, partial, failed).", "worker", "result"),
