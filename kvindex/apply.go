@@ -47,7 +47,7 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	var stored, removed, bad int
 	var byType [5]int // by kvevents.Type, then skipped
 	byType[kvevents.TypeUnknown] = b.Unknown
-	var cs counts     // index-wide counter changes, applied once (flushed before clears)
+	var cs counts // index-wide counter changes, applied once (flushed before clears)
 	for i := range b.Events {
 		e := &b.Events[i]
 		switch e.Type {
