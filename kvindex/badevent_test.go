@@ -50,3 +50,23 @@ func TestUnknownEventsCounted(t *testing.T) {
 		t.Fatalf("Unknown %v, want 2", n)
 	}
 }
+
+// Issue 11 item 8: AllBlocksCleared also drops the worker's speculative entries (the
+// router's bookings), which otherwise counted as cached until their TTL.
+func TestAllBlocksClearedDropsSpeculative(t *testing.T) {
+	ix, _ := newTestIndex(t)
+	addWorkers(ix, "a", "b")
+	k := keysOf("m", toks(1, 3))
+	ix.Speculate("a", k)
+	ix.Speculate("b", k)
+	if got := blocksOf(ix.Lookup(k, nil)); got["a"] != 3 || got["b"] != 3 {
+		t.Fatalf("speculated %v", got)
+	}
+	apply(t, ix, "a", 0, kvevents.Event{Type: kvevents.TypeAllBlocksCleared})
+	if got := blocksOf(ix.Lookup(k, nil)); got["a"] != 0 || got["b"] != 3 {
+		t.Fatalf("after a's AllBlocksCleared: %v, want a:0 b:3", got)
+	}
+	if s, _ := ix.Summary("a"); s.Speculative != 0 {
+		t.Fatalf("speculative entries left: %d", s.Speculative)
+	}
+}
