@@ -181,6 +181,9 @@ func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now u
 	}
 	e.gen = uint8(w.gen)
 	first := e.refs[t] == 0
+	if first {
+		w.tierEng[t]++
+	}
 	e.refs[t] = min(e.refs[t]+1, 15)
 	if i < 0 { // one probe: insert where the lookup stopped (at < 0: from the home slot)
 		r.t.insertAt(eh, e.key, packMeta(e), at, d)
@@ -210,6 +213,7 @@ func (ix *Index) removeLocked(w *worker, r *rank, eh uint64, t Tier, c *counts) 
 	}
 	e.refs[t]--
 	if e.refs[t] == 0 {
+		w.tierEng[t]--
 		ix.unref(e.key, w.id, t, c)
 	}
 	if e.refs == [NumTiers]uint8{} {
@@ -233,6 +237,7 @@ func (ix *Index) releaseLocked(w *worker, r *rank, eh uint64, e engEntry) {
 func (ix *Index) unrefAll(w *worker, e engEntry) {
 	for t := Tier(0); t < NumTiers; t++ {
 		if e.refs[t] > 0 {
+			w.tierEng[t]--
 			ix.unref(e.key, w.id, t, nil)
 		}
 	}

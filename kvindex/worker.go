@@ -44,6 +44,9 @@ type worker struct {
 	fifo     []specEntry
 	specLive int // live speculative holders
 	nEng     int // engine entries over all ranks
+	// tierEng[t]: engine entries with a reference in tier t (over all ranks), kept as
+	// references change so that Summary never walks the entries
+	tierEng [NumTiers]int
 
 	batches    uint64 // batches applied since creation or reset
 	gen        uint32 // bumped by Desync
