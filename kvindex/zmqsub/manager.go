@@ -90,8 +90,8 @@ type Manager struct {
 	byHost map[string][]string   // worker address host (IP) → names, for bind mode; guarded by mu
 	// unmatched: topics already logged as attributed to no worker (bounded); guarded by mu
 	unmatched map[string]bool
-	wg     sync.WaitGroup
-	bound  chan string // bind mode: the endpoint actually bound (resolved port)
+	wg        sync.WaitGroup
+	bound     chan string // bind mode: the endpoint actually bound (resolved port)
 }
 
 // ErrBadTopicPattern is returned by New for a TopicPattern without {addr}.
