@@ -103,6 +103,12 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err erro
 			return status.Errorf(codes.ResourceExhausted, "kvroute: more than %g ext_proc messages per second on one stream (extproc.max_messages_per_second)", s.opt.Config.MaxMessagesPerSecond)
 		}
 		if herr := st.handle(req); herr != nil {
+			if st.ctx.Err() != nil {
+				// Envoy cancelled the stream (client gone) while kvroute was replying:
+				// the send failed because of the cancel, so it is one (issue 11 item 15).
+				st.finish("cancelled")
+				return nil
+			}
 			st.finish("send_error")
 			return herr
 		}
