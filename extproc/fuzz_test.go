@@ -56,12 +56,12 @@ func sequence(data []byte) []*extprocv3.ProcessingRequest {
 // its stream.
 func FuzzMessageSequence(f *testing.F) {
 	for _, seed := range [][]byte{
-		{byte(modeBuffered) | byte(modeStreamed)<<3, 0x00, 0x19, 0x03, 0x24, 0x3c},  // the normal BUFFERED request and SSE response
+		{byte(modeBuffered) | byte(modeStreamed)<<3, 0x00, 0x19, 0x03, 0x24, 0x3c},   // the normal BUFFERED request and SSE response
 		{byte(modeFullDuplex) | byte(modeStreamed)<<3, 0x00, 0x11, 0x11, 0x02, 0x03}, // FULL_DUPLEX with trailers
-		{byte(modeStreamed), 0x00, 0x01, 0x19, 0x0b},                               // STREAMED, headers-only response
-		{byte(modeBuffered), 0x00, 0x00, 0x19, 0x19},                               // duplicate headers and bodies
-		{byte(modeBuffered), 0x03, 0x04, 0x05},                                     // response phases only
-		{0xff, 0x07, 0x1c, 0x02, 0x05},                                             // out-of-enum modes
+		{byte(modeStreamed), 0x00, 0x01, 0x19, 0x0b},                                 // STREAMED, headers-only response
+		{byte(modeBuffered), 0x00, 0x00, 0x19, 0x19},                                 // duplicate headers and bodies
+		{byte(modeBuffered), 0x03, 0x04, 0x05},                                       // response phases only
+		{0xff, 0x07, 0x1c, 0x02, 0x05},                                               // out-of-enum modes
 		{byte(modeBufferedPartial), 0x00, 0x31, 0x0b, 0x4c},
 	} {
 		f.Add(seed)

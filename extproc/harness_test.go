@@ -30,7 +30,7 @@ type harness struct {
 	router *router.Router
 	ms     *metrics.Set
 	client extprocv3.ExternalProcessorClient
-	ended  chan error // one value per finished Process call, its return value
+	ended  chan error           // one value per finished Process call, its return value
 	ctxs   chan context.Context // each Process call's stream context, as it starts
 }
 
