@@ -131,7 +131,9 @@ func (st *stream) reply(r *extprocv3.ProcessingResponse) error {
 	}
 	st.replied = true
 	if err := st.send(r); err != nil {
-		st.s.m.PhaseErrors.WithLabelValues(string(st.phase), "send").Inc()
+		if st.ctx.Err() == nil { // a send failing on a cancelled stream is the cancel, not a send error
+			st.s.m.PhaseErrors.WithLabelValues(string(st.phase), "send").Inc()
+		}
 		return err
 	}
 	return nil

@@ -34,6 +34,9 @@ type ExtProc struct {
 	Aborts *prometheus.CounterVec // reason
 	// Panics counts recovered panics (ext_proc stream or proxy request).
 	Panics prometheus.Counter
+	// StreamsRefused counts ext_proc streams failed with RESOURCE_EXHAUSTED by a limit
+	// (reason max_streams or message_rate).
+	StreamsRefused *prometheus.CounterVec // reason
 
 	// ProxyRequests counts requests answered by `kvroute proxy`, by status class
 	// (2xx, 4xx, 5xx, or "error" when no response reached the client).
@@ -65,6 +68,8 @@ func newExtProc(reg prometheus.Registerer) *ExtProc {
 			Name: "aborts_total", Help: "Requests whose ticket was aborted, by reason (cancelled, closed, recv_error, send_error, panic, client_gone, upstream_error)."}, []string{"reason"})),
 		Panics: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "panics_total", Help: "Recovered panics in the ext_proc server or the proxy."})),
+		StreamsRefused: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "streams_refused_total", Help: "ext_proc streams failed with RESOURCE_EXHAUSTED by a limit, by reason (max_streams, message_rate)."}, []string{"reason"})),
 		ProxyRequests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
 			Name: "requests_total", Help: "Requests answered by kvroute proxy, by status class (2xx, 3xx, 4xx, 5xx, error)."}, []string{"code"})),
 		ProxyUpstreamErrors: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",

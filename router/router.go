@@ -258,7 +258,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		}
 		r.m.Errors.WithLabelValues("unknown_model").Inc()
 		return nil, nil, &Error{Status: http.StatusNotFound, Type: "NotFoundError",
-			Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+			Message: fmt.Sprintf("The model `%s` does not exist.", echoModel(req.Model))}
 	}
 	if opt.Exclude != "" {
 		ws = slices.DeleteFunc(ws, func(w *workers.Worker) bool { return w.Name == opt.Exclude })
