@@ -16,6 +16,7 @@ type Router struct {
 	CachedTokens     prometheus.Histogram     // predicted cached prefix of the chosen worker, tokens
 	PrefixHitTokens  prometheus.Counter       // sum of predicted cached tokens on chosen workers
 	PromptTokensSeen prometheus.Counter       // sum of prompt tokens of routed requests (hit ratio denominator)
+	UsageReports     *prometheus.CounterVec   // kind: reported, absent, no_usage — how usage of ok requests reported cached tokens
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
@@ -45,5 +46,7 @@ func newRouter(reg prometheus.Registerer) *Router {
 			Name: "prefix_hit_tokens_total", Help: "Sum of predicted cached prompt tokens on chosen workers; divide by prompt_tokens_total for the prefix hit ratio."})),
 		PromptTokensSeen: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "prompt_tokens_total", Help: "Sum of prompt tokens of routed requests with known token counts."})),
+		UsageReports: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "usage_reports_total", Help: "Requests finished with outcome ok, by how their usage reported cached tokens (reported: a number, 0 included; absent: no count or null; no_usage: no usage object)."}, []string{"kind"})),
 	}
 }
