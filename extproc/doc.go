@@ -95,7 +95,11 @@
 // encodeHeaders/noExternalProcess), completes the ticket there.
 // response_body: chunks feed response.Tracker (events split across chunks,
 // envoyproxy/envoy#45437); the first generated content calls Ticket.FirstToken;
-// end_of_stream calls Ticket.Done with the usage seen. Replies are CONTINUE, or in
+// end_of_stream, or the SSE end marker (data: [DONE], Anthropic message_stop) when it
+// comes first, calls Ticket.Complete with the usage and the outcome the status and body
+// show (response.Outcome), counted once on kvroute_extproc_requests_total{outcome}
+// (aborts and expiries included; kvroute's own refusals as "rejected"). A client that
+// hangs up right after [DONE] was served. Replies are CONTINUE, or in
 // FULL_DUPLEX_STREAMED streamed_response echoes of each chunk.
 // response_trailers: completion for responses that end with trailers (gRPC upstreams;
 // GIE PR #2510, envoyproxy/envoy#37088).
