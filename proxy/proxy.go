@@ -94,8 +94,8 @@ type flight struct {
 	req      *request.Request
 	ended    bool             // Complete or Abort called
 	outcome  response.Outcome // what the ticket ended with (router.Ticket.Complete/AbortWith)
-	mayRetry bool // first attempt: a connect failure may be retried on another worker
-	retry    bool // set by errorHandler: nothing was written, pick again
+	mayRetry bool             // first attempt: a connect failure may be retried on another worker
+	retry    bool             // set by errorHandler: nothing was written, pick again
 }
 
 type flightKey struct{}
