@@ -97,7 +97,7 @@ func (st *stream) responseMutation() *extprocv3.HeaderMutation {
 // application/json (+ retry-after on 429), the OpenAI error JSON, and details. Envoy
 // then stops processing and closes the stream (CC onReceiveMessage; SVC ImmediateResponse).
 func (st *stream) immediate(err error) error {
-	r := router.ErrorReply(err)
+	r := router.ErrorReply(st.api, err)
 	st.s.m.ImmediateResponses.WithLabelValues(strconv.Itoa(r.Status)).Inc()
 	st.s.log.Debug("ext_proc: immediate response", "request_id", st.requestID, "status", r.Status, "err", err)
 	hm := &extprocv3.HeaderMutation{}

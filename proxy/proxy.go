@@ -277,7 +277,7 @@ func (h *handler) abort(f *flight, reason string, o response.Outcome) {
 
 // writeError answers a refusal through the one shared mapping (router.ErrorReply).
 func (h *handler) writeError(w http.ResponseWriter, api request.API, err error) {
-	rep := router.ErrorReply(err)
+	rep := router.ErrorReply(api, err)
 	h.m.ImmediateResponses.WithLabelValues(strconv.Itoa(rep.Status)).Inc()
 	for _, kv := range rep.Header {
 		w.Header().Set(kv[0], kv[1])

@@ -59,12 +59,17 @@ type Options struct {
 	Now       func() time.Time // nil: time.Now
 }
 
-// Error is a routing refusal with the HTTP status a front should answer with.
+// Error is a refusal with the HTTP status a front should answer with. Any part of
+// kvroute that refuses a request returns one and lets ErrorReply render it in the
+// request's API shape (OpenAI or Anthropic).
 type Error struct {
-	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed
-	Type       string // OpenAI error type
+	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed; any 4xx/5xx
+	Type       string // OpenAI error type; "" → by status (ErrorReply)
 	Message    string
 	RetryAfter time.Duration // for 429 (and 503); 0 → ErrorReply's 1 s
+	// Details is the machine-readable cause for logs and Envoy's
+	// %RESPONSE_CODE_DETAILS% (no spaces); "" → by status (ErrorReply).
+	Details string
 }
 
 func (e *Error) Error() string { return e.Message }
