@@ -11,7 +11,7 @@ type Router struct {
 	InFlightTokens   *prometheus.GaugeVec     // worker: booked uncached prefill tokens
 	TicketsReleased  *prometheus.CounterVec   // how: first_token (prefill part), done, abort, expired, worker_removed
 	TTFTSeconds      *prometheus.HistogramVec // worker: observed time to first token
-	E2ESeconds       *prometheus.HistogramVec // worker: observed end-to-end latency
+	E2ESeconds       *prometheus.HistogramVec // worker: observed end-to-end latency (outcome ok only)
 	PromptTokens     prometheus.Histogram     // prompt length of routed requests, tokens
 	CachedTokens     prometheus.Histogram     // predicted cached prefix of the chosen worker, tokens
 	PrefixHitTokens  prometheus.Counter       // sum of predicted cached tokens on chosen workers
@@ -37,7 +37,7 @@ func newRouter(reg prometheus.Registerer) *Router {
 		TTFTSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "time_to_first_token_seconds", Help: "Observed time to first token of routed streaming requests, per worker (OpenTelemetry gen_ai.server.time_to_first_token).", Buckets: LatencyBuckets}, []string{"worker"})),
 		E2ESeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "request_duration_seconds", Help: "Observed end-to-end latency of routed requests, per worker (OpenTelemetry gen_ai.server.request.duration).", Buckets: LatencyBuckets}, []string{"worker"})),
+			Name: "request_duration_seconds", Help: "Observed end-to-end latency of routed requests with outcome ok, per worker (OpenTelemetry gen_ai.server.request.duration).", Buckets: LatencyBuckets}, []string{"worker"})),
 		PromptTokens: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "prompt_tokens", Help: "Prompt length of routed requests in tokens.", Buckets: prometheus.ExponentialBuckets(16, 2, 14)})),
 		CachedTokens: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,

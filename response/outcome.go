@@ -121,23 +121,93 @@ type endDoc struct {
 	} `json:"delta"`
 }
 
-var (
-	doneMarker    = []byte("[DONE]")
-	keyFinish     = []byte(`"finish_reason"`)
-	keyStop       = []byte(`"stop_reason"`)
-	keyError      = []byte(`"error"`)
-	keyMessageEnd = []byte(`"message_stop"`)
-)
+var doneMarker = []byte("[DONE]")
 
 // event reads one SSE data payload. Only payloads that may end the response (a
-// non-null finish or stop reason, an "error", message_stop) are decoded: vLLM sends
-// "finish_reason":null in every chunk, so a byte scan decides before json does.
+// non-null finish or stop reason, an error document) are decoded: vLLM sends
+// "finish_reason":null in every chunk, so a byte scan (mayEnd) decides before json
+// does. Anthropic's message_stop and error events are also named on their `event:`
+// line (eventLine).
 func (b *bodyState) event(payload []byte) {
-	if !nonNullKey(payload, keyFinish) && !nonNullKey(payload, keyStop) &&
-		!bytes.Contains(payload, keyError) && !bytes.Contains(payload, keyMessageEnd) {
-		return
+	if mayEnd(payload) {
+		b.apply(payload)
 	}
-	b.apply(payload)
+}
+
+var needleReason = []byte(`_reason"`) // finish_reason, stop_reason
+
+// mayEnd is a pre-filter over a JSON payload: it reports whether the payload starts
+// as an error document does (its first key "error" — vLLM's and OpenAI's streaming
+// error {"error":{…}} —, or a first "type"/"object" key whose value is "error"), or
+// has a key ending in _reason (finish_reason, stop_reason) followed by ':' and a value
+// other than null. The decoder confirms. One SIMD scan per event on top of the usage
+// check: scanning for "error" anywhere too doubled the cost of tracking a stream
+// (BenchmarkTrackerStream), and the engines put it first.
+func mayEnd(p []byte) bool {
+	if errorFirst(p) {
+		return true
+	}
+	for {
+		i := bytes.Index(p, needleReason)
+		if i < 0 {
+			return false
+		}
+		p = trimJSONSpace(p[i+len(needleReason):])
+		if len(p) > 0 && p[0] == ':' {
+			if v := trimJSONSpace(p[1:]); len(v) > 0 && v[0] != 'n' {
+				return true
+			}
+		}
+	}
+}
+
+var (
+	keyError  = []byte(`"error"`)
+	keyType   = []byte(`"type"`)
+	keyObject = []byte(`"object"`)
+)
+
+// errorFirst reports whether the JSON object p opens with an "error" key, or with a
+// "type" or "object" key whose value is "error".
+func errorFirst(p []byte) bool {
+	if len(p) == 0 || p[0] != '{' {
+		return false
+	}
+	p = trimJSONSpace(p[1:])
+	if bytes.HasPrefix(p, keyError) {
+		return true
+	}
+	for _, k := range [][]byte{keyType, keyObject} {
+		if bytes.HasPrefix(p, k) {
+			v := trimJSONSpace(p[len(k):])
+			return len(v) > 0 && v[0] == ':' && bytes.HasPrefix(trimJSONSpace(v[1:]), keyError)
+		}
+	}
+	return false
+}
+
+func trimJSONSpace(p []byte) []byte {
+	for len(p) > 0 && (p[0] == ' ' || p[0] == '\t' || p[0] == '\r' || p[0] == '\n') {
+		p = p[1:]
+	}
+	return p
+}
+
+var (
+	eventPrefix      = []byte("event:")
+	eventMessageStop = []byte("message_stop")
+	eventError       = []byte("error")
+)
+
+// eventLine reads an SSE `event:` line (Anthropic names every event there):
+// message_stop ends the stream, error is an error event.
+func (b *bodyState) eventLine(name []byte) {
+	switch {
+	case bytes.Equal(name, eventMessageStop):
+		b.ended = true
+	case bytes.Equal(name, eventError):
+		b.errored = true
+	}
 }
 
 // document reads a whole non-streamed JSON body.
@@ -165,22 +235,5 @@ func (b *bodyState) apply(doc []byte) {
 	reason(d.StopReason)
 	if d.Delta != nil {
 		reason(d.Delta.StopReason)
-	}
-}
-
-// nonNullKey reports whether p has key followed by ':' and a value other than null
-// (a cheap pre-filter; the decoder confirms).
-func nonNullKey(p, key []byte) bool {
-	for {
-		i := bytes.Index(p, key)
-		if i < 0 {
-			return false
-		}
-		p = bytes.TrimLeft(p[i+len(key):], " \t\r\n")
-		if len(p) > 0 && p[0] == ':' {
-			if v := bytes.TrimLeft(p[1:], " \t\r\n"); len(v) > 0 && v[0] != 'n' {
-				return true
-			}
-		}
 	}
 }

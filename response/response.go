@@ -144,6 +144,9 @@ var dataPrefix = []byte("data:")
 // line handles one SSE line and reports whether it carried generated content.
 func (t *Tracker) line(line []byte) bool {
 	if !bytes.HasPrefix(line, dataPrefix) {
+		if bytes.HasPrefix(line, eventPrefix) {
+			t.body.eventLine(bytes.TrimSpace(line[len(eventPrefix):]))
+		}
 		return false
 	}
 	payload := bytes.TrimSpace(line[len(dataPrefix):])

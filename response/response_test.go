@@ -132,3 +132,20 @@ func TestJSONBody(t *testing.T) {
 		t.Fatal("invalid JSON: no usage")
 	}
 }
+
+// BenchmarkTrackerStream feeds a 256-event chat stream (vLLM's chunk shape, one event
+// per chunk) through a tracker: the per-response cost of SSE tracking on both fronts.
+func BenchmarkTrackerStream(b *testing.B) {
+	ev := []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n")
+	last := []byte("data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":256}}\n\ndata: [DONE]\n\n")
+	b.SetBytes(int64(256*len(ev) + len(last)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tr := NewTracker(true, 0)
+		for i := 0; i < 256; i++ {
+			tr.Write(ev)
+		}
+		tr.Write(last)
+		tr.Finish()
+	}
+}
