@@ -66,6 +66,7 @@ type stream struct {
 	tracker    *response.Tracker
 	completed  bool // ticket.Done was called
 	rspEOSSent bool
+	counted    bool // the request was counted on Requests (record)
 }
 
 func newStream(s *Server, ctx context.Context, send func(*extprocv3.ProcessingResponse) error) *stream {

@@ -29,7 +29,7 @@ type Scoring struct {
 	// Shed counts requests refused because even the best prediction exceeded the limit.
 	Shed *prometheus.CounterVec
 	// CachedTokensError is |engine-reported cached_tokens − index-predicted cached tokens|
-	// for finished requests whose usage reported cached_tokens > 0, tokens.
+	// for finished requests whose usage reported a cached-token count (0 included; absent or null is not compared), tokens.
 	CachedTokensError prometheus.Histogram
 	// CachedTokensMismatch counts finished requests where the index and the engine
 	// disagree (direction: index_over — the index promised more than the engine reused —,
@@ -68,7 +68,7 @@ func newScoring(reg prometheus.Registerer) *Scoring {
 		Shed: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "shed_total", Help: "Requests refused (429) because even the best predicted TTFT exceeded the limit."}, []string{"policy"})),
 		CachedTokensError: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "cached_tokens_error_tokens", Help: "|engine usage cached_tokens - index-predicted cached tokens| of finished requests reporting cached_tokens.",
+			Name: "cached_tokens_error_tokens", Help: "|engine usage cached_tokens - index-predicted cached tokens| of finished requests reporting a cached-token count (0 included).",
 			Buckets: []float64{0, 16, 64, 256, 1024, 4096, 16384, 65536}})),
 		CachedTokensMismatch: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "cached_tokens_mismatch_total", Help: "Finished requests where index and engine disagree on cached tokens (index_over, index_under)."}, []string{"direction"})),

@@ -59,12 +59,17 @@ type Options struct {
 	Now       func() time.Time // nil: time.Now
 }
 
-// Error is a routing refusal with the HTTP status a front should answer with.
+// Error is a refusal with the HTTP status a front should answer with. Any part of
+// kvroute that refuses a request returns one and lets ErrorReply render it in the
+// request's API shape (OpenAI or Anthropic).
 type Error struct {
-	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed
-	Type       string // OpenAI error type
+	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed; any 4xx/5xx
+	Type       string // OpenAI error type; "" → by status (ErrorReply)
 	Message    string
 	RetryAfter time.Duration // for 429 (and 503); 0 → ErrorReply's 1 s
+	// Details is the machine-readable cause for logs and Envoy's
+	// %RESPONSE_CODE_DETAILS% (no spaces); "" → by status (ErrorReply).
+	Details string
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -350,7 +355,7 @@ func (r *Router) Sweep() int {
 		}
 	}
 	for _, t := range expired {
-		r.releaseLocked(t)
+		r.releaseLocked(t, response.OutcomeExpired)
 	}
 	r.mu.Unlock()
 	if n := len(expired); n > 0 {
@@ -437,7 +442,7 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 	r.mu.Lock()
 	for _, t := range r.tickets {
 		if t.Worker == w.Name {
-			r.releaseLocked(t)
+			r.releaseLocked(t, response.OutcomeAborted)
 			n++
 		}
 	}
@@ -480,6 +485,7 @@ type Ticket struct {
 	// guarded by r.mu
 	firstAt time.Time
 	ended   bool
+	outcome response.Outcome // set when ended (outcome.go)
 }
 
 // FirstToken records that the first generated token reached kvroute at time at (zero
@@ -512,30 +518,17 @@ func (t *Ticket) FirstToken(at time.Time) {
 }
 
 // Done records completion (end of stream, trailers, or a complete non-streamed body)
-// at time at (zero → now) with the upstream status and the usage the engine reported.
+// at time at (zero → now) with the upstream status and the usage the engine reported,
+// classified on the status alone (response.StatusOutcome). Fronts that track the body
+// call Complete with the body's outcome instead.
 func (t *Ticket) Done(status int, usage response.Usage, at time.Time) {
-	r := t.r
-	if at.IsZero() {
-		at = r.opt.Now()
-	}
-	if !r.end(t, "done") {
-		return
-	}
-	e2e := at.Sub(t.Start)
-	r.m.E2ESeconds.WithLabelValues(t.Worker).Observe(e2e.Seconds())
-	if l, ok := r.opt.Policy.(scoring.Learner); ok {
-		var ttft time.Duration
-		if fa := t.firstAtLocked(); !fa.IsZero() {
-			ttft = fa.Sub(t.Start)
-		}
-		l.Observe(t.observation(ttft, e2e, usage, status))
-	}
+	t.Complete(response.Result{Status: status, Usage: usage, Outcome: response.StatusOutcome(status)}, at)
 }
 
 // Abort releases the booking without learning (client went away, upstream reset,
-// stream cancelled).
+// stream cancelled): outcome aborted.
 func (t *Ticket) Abort() {
-	t.r.end(t, "abort")
+	t.AbortWith(response.OutcomeAborted)
 }
 
 func (t *Ticket) firstAtLocked() time.Time {
@@ -544,24 +537,28 @@ func (t *Ticket) firstAtLocked() time.Time {
 	return t.firstAt
 }
 
-func (r *Router) end(t *Ticket, how string) bool {
+// end ends t with outcome o and reports true, or reports false and the outcome t
+// already ended with.
+func (r *Router) end(t *Ticket, how string, o response.Outcome) (response.Outcome, bool) {
 	r.mu.Lock()
 	if t.ended {
+		o = t.outcome
 		r.mu.Unlock()
-		return false
+		return o, false
 	}
-	r.releaseLocked(t)
+	r.releaseLocked(t, o)
 	r.mu.Unlock()
 	r.m.TicketsReleased.WithLabelValues(how).Inc()
-	return true
+	return o, true
 }
 
-// releaseLocked removes t's booking. Caller holds r.mu and counts the release.
-func (r *Router) releaseLocked(t *Ticket) {
+// releaseLocked removes t's booking, recording outcome o. Caller holds r.mu and counts
+// the release.
+func (r *Router) releaseLocked(t *Ticket, o response.Outcome) {
 	if t.ended {
 		return
 	}
-	t.ended = true
+	t.ended, t.outcome = true, o
 	delete(r.tickets, t.id)
 	f := r.flights[t.Worker]
 	if f == nil {

@@ -232,10 +232,11 @@ func (p *Predictor) count(worker, result string) {
 
 // observeUsage exports the drift between the index's predicted cached tokens and the
 // engine's usage.prompt_tokens_details.cached_tokens. vLLM omits cached_tokens when it
-// is zero (and without --enable-prompt-tokens-details), so only reports with
-// cached_tokens > 0 are compared.
+// is zero (and without --enable-prompt-tokens-details): an absent or null count is no
+// evidence and is not compared; an explicit number is, 0 included (an explicit 0
+// against a prediction of N > 0 is index_over).
 func observeUsage(m *metrics.Scoring, o Observation) {
-	if m == nil || !o.Usage.Present || o.Usage.CachedTokens <= 0 {
+	if m == nil || !o.Usage.CachedReported {
 		return
 	}
 	d := o.Usage.CachedTokens - o.CachedTokens

@@ -188,16 +188,17 @@ func TestProfileChangeRestartsLearning(t *testing.T) {
 func TestCachedTokensDrift(t *testing.T) {
 	ms := metrics.NewUnregistered().Scoring
 	p := NewPredictor(Options{Rand: seeded(1), Metrics: ms}, true)
-	done := func(index, engine int) {
+	done := func(index, engine int, reported bool) {
 		p.Observe(Observation{Worker: "a", CachedTokens: index, E2E: time.Second, TTFT: 100 * time.Millisecond,
-			Usage: response.Usage{Present: true, PromptTokens: 4000, CachedTokens: engine}})
+			Usage: response.Usage{Present: true, PromptTokens: 4000, CachedTokens: engine, CachedReported: reported}})
 	}
-	done(1024, 512)  // index promised more
-	done(0, 256)     // engine reused what the index did not know
-	done(2048, 2048) // agree
-	done(1024, 0)    // vLLM omits zero cached_tokens: no information
-	if got := testutil.ToFloat64(ms.CachedTokensMismatch.WithLabelValues("index_over")); got != 1 {
-		t.Fatalf("index_over = %v, want 1", got)
+	done(1024, 512, true)  // index promised more
+	done(0, 256, true)     // engine reused what the index did not know
+	done(2048, 2048, true) // agree
+	done(1024, 0, false)   // absent (vLLM without --enable-prompt-tokens-details, or zero): no information
+	done(1024, 0, true)    // an explicit 0 against a prediction of 1024: the index promised more
+	if got := testutil.ToFloat64(ms.CachedTokensMismatch.WithLabelValues("index_over")); got != 2 {
+		t.Fatalf("index_over = %v, want 2 (an explicit 0 is evidence, absent is not)", got)
 	}
 	if got := testutil.ToFloat64(ms.CachedTokensMismatch.WithLabelValues("index_under")); got != 1 {
 		t.Fatalf("index_under = %v, want 1", got)

@@ -106,7 +106,10 @@ type Observation struct {
 // A request whose first token was observed is reported twice: at first token (TTFT>0,
 // E2E==0) and at completion (same TTFT, E2E>0, Usage). Learners learn TTFT from the
 // first report only; the completion report carries usage (cached_tokens drift).
-// A non-streamed request is reported once, at completion, with TTFT==0.
+// A non-streamed request is reported once, at completion, with TTFT==0. The completion
+// report comes only for requests whose outcome is ok (response.OutcomeOK, router
+// Ticket.Complete): an error, truncated or aborted request gets its first-token report
+// (when it produced one) and nothing more.
 type Learner interface {
 	Observe(o Observation)
 }
