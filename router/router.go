@@ -190,7 +190,10 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	// listener needs r.mu, so a worker still registered now is cleaned up after this
 	// booking, and one already gone must not be booked (it would re-create its flight,
 	// gauges and speculative index entries after the cleanup).
-	if cands = r.liveLocked(cands); len(cands) == 0 {
+	if r.opt.Registry.Version() != in.regVersion {
+		cands = r.liveLocked(cands)
+	}
+	if len(cands) == 0 {
 		r.mu.Unlock()
 		return nil, r.noHealthy(req.Model)
 	}
@@ -288,13 +291,14 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 
 type input struct {
 	scoring.Input
-	path tokenize.Path
+	path       tokenize.Path
+	regVersion uint64 // the registry version the candidates were read at
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
 // index lookup, scraped load.
 func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOptions) (*input, []scoring.Candidate, error) {
-	ws, known := r.opt.Registry.Candidates(req.Model, nil)
+	ws, known, version := r.opt.Registry.CandidatesAt(req.Model, nil)
 	if !known {
 		if req.Model == "" {
 			r.m.Errors.WithLabelValues("no_worker").Inc()
@@ -314,7 +318,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if !ok {
 		md = Model{Name: req.Model, BlockSize: r.opt.DefaultBlockSize}
 	}
-	in := &input{Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
+	in := &input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
 		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now()}}
 	if req.API == request.APIOther {
 		in.Degraded, in.path = "not_inference", tokenize.PathNone
