@@ -17,11 +17,17 @@ type Router struct {
 	PrefixHitTokens  prometheus.Counter       // sum of predicted cached tokens on chosen workers
 	PromptTokensSeen prometheus.Counter       // sum of prompt tokens of routed requests (hit ratio denominator)
 	UsageReports     *prometheus.CounterVec   // kind: reported, absent, no_usage — how usage of ok requests reported cached tokens
+	PromptsCapped    prometheus.Counter       // requests whose prompt was longer than the tokens routing considers
+	SpecWithdrawn    prometheus.Counter       // speculative index entries withdrawn from failed or aborted requests
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
 	const sub = "router"
 	return &Router{
+		PromptsCapped: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prompts_capped_total", Help: "Requests whose prompt exceeded the tokens routing considers (models[].max_model_len or router.max_prompt_tokens); only that many leading tokens were hashed, looked up and booked."})),
+		SpecWithdrawn: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "speculative_withdrawn_total", Help: "Speculative index entries withdrawn because their request failed (status >= 400) or was aborted before its first token."})),
 		Decisions: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "decisions_total", Help: "Routing decisions by chosen worker and reason."}, []string{"worker", "reason"})),
 		DecisionSeconds: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,

@@ -30,6 +30,9 @@ func (t *Ticket) Complete(res response.Result, at time.Time) response.Outcome {
 		res.Outcome = response.StatusOutcome(res.Status)
 	}
 	o, ok := r.end(t, "done", res.Outcome)
+	if ok && res.Status >= 400 { // the worker refused the request: it computed none of its blocks
+		r.withdraw(t)
+	}
 	if !ok || o != response.OutcomeOK {
 		return o
 	}
@@ -49,8 +52,14 @@ func (t *Ticket) Complete(res response.Result, at time.Time) response.Outcome {
 // AbortWith releases the booking without learning, recording outcome o (aborted, or
 // upstream_error when the worker could not be reached or read), and returns the
 // outcome the ticket ended with (an earlier one when it had already ended).
+//
+// Before a first token its speculative index entries are withdrawn too: the worker may
+// never have computed those blocks (after one, its KV events or the TTL settle them).
 func (t *Ticket) AbortWith(o response.Outcome) response.Outcome {
-	o, _ = t.r.end(t, "abort", o)
+	o, ok := t.r.end(t, "abort", o)
+	if ok && t.firstAtLocked().IsZero() {
+		t.r.withdraw(t)
+	}
 	return o
 }
 

@@ -80,7 +80,7 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 	p.mu.RLock()
 	for i := range cands {
 		var f bool
-		if preds[i], f = p.predictLocked(in, &cands[i]); f && cands[i].Worker != nil {
+		if preds[i], f = p.predictAt(in, cands, i); f && cands[i].Worker != nil {
 			fresh = append(fresh, i)
 		}
 	}

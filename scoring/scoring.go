@@ -46,6 +46,8 @@ type Input struct {
 	// DryRun is set by explain requests: the policy must decide exactly as it would, but
 	// change no state (no round-robin advance, no LRU/tree insert) and count no metrics.
 	DryRun bool
+
+	prepared *prepared // set by a Preparer's Prepare for the Pick that follows
 }
 
 // Prediction is a predicted TTFT and its terms, all in seconds of wall time.
