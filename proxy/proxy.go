@@ -28,7 +28,6 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/config"
@@ -206,7 +205,7 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 
 func (h *handler) modifyResponse(resp *http.Response) error {
 	f := resp.Request.Context().Value(flightKey{}).(*flight)
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || f.req.Stream
+	sse := response.StreamBody(resp.Header.Get("Content-Type"), f.req.Stream)
 	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context(),
 		inference: f.req.API != request.APIOther}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {
