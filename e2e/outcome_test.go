@@ -74,6 +74,7 @@ func outcomesThroughFront(t *testing.T, opts fixtureOpts) {
 		{"only_done", chatStream, 200, response.OutcomeTruncated},
 		{"error_event", chatStream, 200, response.OutcomeErrorEvent},
 		{"json_error", chatNonStream, 200, response.OutcomeErrorEvent},
+		{"json_error", chatStream, 200, response.OutcomeErrorEvent}, // a JSON answer to a streaming request is read as JSON
 		{"truncated", chatStream, 200, response.OutcomeTruncated},
 		{"", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404, response.OutcomeRejected},
 	}

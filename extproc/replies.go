@@ -94,7 +94,8 @@ func (st *stream) responseMutation() *extprocv3.HeaderMutation {
 
 // immediate turns any error of the request's journey into Envoy's local reply, through
 // the one mapping both fronts share (router.ErrorReply): status, content-type
-// application/json (+ retry-after on 429), the OpenAI error JSON, and details. Envoy
+// application/json (+ retry-after on 429), the error JSON in the request's API shape
+// (OpenAI's, or Anthropic's on /v1/messages), and details. Envoy
 // then stops processing and closes the stream (CC onReceiveMessage; SVC ImmediateResponse).
 func (st *stream) immediate(err error) error {
 	r := router.ErrorReply(st.api, err)

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"strconv"
-	"strings"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -19,16 +18,16 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	if st.ticket == nil || st.completed {
 		return st.reply(headersReply(false, nil))
 	}
-	sse := false
+	ct := ""
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":status":
 			st.status, _ = strconv.Atoi(headerValue(hv))
 		case "content-type":
-			sse = strings.HasPrefix(headerValue(hv), "text/event-stream")
+			ct = headerValue(hv)
 		}
 	}
-	st.tracker = response.NewTracker(sse || (st.req != nil && st.req.Stream), 0)
+	st.tracker = response.NewTracker(response.StreamBody(ct, st.req != nil && st.req.Stream), 0)
 	var cr *extprocv3.CommonResponse
 	if mut := st.responseMutation(); mut != nil {
 		cr = &extprocv3.CommonResponse{HeaderMutation: mut}

@@ -370,7 +370,7 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 func (h *handler) modifyResponse(resp *http.Response) error {
 	f := resp.Request.Context().Value(flightKey{}).(*flight)
 	f.arm(h.opt.Proxy.UpstreamIdleTimeout) // headers arrived: from now on, silence is bounded
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || f.req.Stream
+	sse := response.StreamBody(resp.Header.Get("Content-Type"), f.req.Stream)
 	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context(),
 		inference: f.req.API != request.APIOther}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {

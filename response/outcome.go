@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 )
 
 // Outcome is how one routed request ended. It is the `outcome` label of both fronts'
@@ -92,6 +93,20 @@ func (t *Tracker) outcome(status int, inference bool) Outcome {
 		return OutcomeOK
 	}
 	return OutcomeTruncated
+}
+
+// StreamBody reports whether a response body is SSE, for NewTracker: by its
+// content-type when that names SSE (text/event-stream) or JSON (application/json —
+// a worker answers a streaming request's error as one JSON document), else as the
+// request asked (stream).
+func StreamBody(contentType string, requested bool) bool {
+	switch {
+	case strings.HasPrefix(contentType, "text/event-stream"):
+		return true
+	case strings.HasPrefix(contentType, "application/json"):
+		return false
+	}
+	return requested
 }
 
 // Ended reports whether an SSE stream's end marker went by: `data: [DONE]` (OpenAI,

@@ -174,3 +174,22 @@ func FuzzTracker(f *testing.F) {
 		}
 	})
 }
+
+func TestStreamBody(t *testing.T) {
+	for _, c := range []struct {
+		ct        string
+		requested bool
+		want      bool
+	}{
+		{"text/event-stream", false, true},
+		{"text/event-stream; charset=utf-8", false, true},
+		{"application/json", true, false},
+		{"", true, true},
+		{"", false, false},
+		{"text/plain", true, true},
+	} {
+		if got := StreamBody(c.ct, c.requested); got != c.want {
+			t.Errorf("StreamBody(%q, %v) = %v", c.ct, c.requested, got)
+		}
+	}
+}
