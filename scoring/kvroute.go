@@ -37,6 +37,8 @@ type workerModel struct {
 	foreignTokens float64   // EWMA of uncached prompt tokens of requests routed here
 	writes        decayed   // uncached prompt tokens routed here, decayed by WriteHalfLife
 	backlog       backlog   // remaining prefill of our bookings here, tokens (overload.go)
+	firstTokens   recent    // when our requests here left the waiting queue (first token)
+	finished      recent    // when our requests here finished
 }
 
 // foreignAlpha is the EWMA weight of one request in foreignTokens (≈ last 20 requests).
@@ -97,6 +99,8 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 	if wm != nil {
 		v.foreignTokens = wm.foreignTokens
 		v.backlog = wm.backlog.at(in.Now, rate)
+		v.leftWaiting = wm.firstTokens.since(c.Load.ScrapedAt)
+		v.leftRunning = wm.finished.since(c.Load.ScrapedAt)
 	}
 	f, cached := features(&p.o, in, c, pr, v)
 	if st != nil {
@@ -250,6 +254,7 @@ func (p *Predictor) coefficientsLocked(wm *workerModel) Coefficients {
 // policy predicted teaches the worker's factors; the completion report (E2E>0) with
 // usage exports the index-vs-engine cached-tokens drift.
 func (p *Predictor) Observe(o Observation) {
+	p.recordLeft(o)
 	if o.E2E > 0 {
 		observeUsage(p.m, o)
 		return
@@ -315,6 +320,24 @@ func (p *Predictor) Observe(o Observation) {
 			p.m.Factor.WithLabelValues(o.Worker, t.String()).Set(c.Factors[t])
 		}
 	}
+}
+
+// recordLeft notes when one of our requests left the worker's waiting queue (first
+// token) or its running set (completion), so that a scrape taken before does not count
+// it as someone else's request (features: only waiting/running beyond ours is foreign).
+func (p *Predictor) recordLeft(o Observation) {
+	if o.Worker == "" || o.Start.IsZero() {
+		return
+	}
+	p.mu.Lock()
+	if wm := p.workers[o.Worker]; wm != nil {
+		if o.E2E > 0 {
+			wm.finished.add(o.Start.Add(o.E2E))
+		} else if o.TTFT > 0 {
+			wm.firstTokens.add(o.Start.Add(o.TTFT))
+		}
+	}
+	p.mu.Unlock()
 }
 
 func (p *Predictor) count(worker, result string) {

@@ -79,6 +79,10 @@ type workerView struct {
 	// backlog is the remaining prefill work of kvroute's booked requests on the worker,
 	// tokens (Lindley recursion, overload.go); < 0 unknown (booked tokens count in full).
 	backlog float64
+	// leftWaiting and leftRunning count our requests on the worker that got their first
+	// token / finished after its last scrape: the scrape still counts them waiting /
+	// running, but they are neither ours (no longer booked so) nor foreign.
+	leftWaiting, leftRunning int
 }
 
 // features computes one candidate's terms under prior p, and the cached tokens the
@@ -112,7 +116,7 @@ func features(o *Options, in *Input, c *Candidate, p prior, v workerView) (Featu
 	// running sequence lengthens every step our prefill (and the queue ahead) needs.
 	running := float64(max(c.Booked.Decoding, 0))
 	if w := loadWeight(c.Load.ScrapedAt, in.Now, o.LoadHalfLife); w > 0 {
-		if extra := c.Load.Running - float64(c.Booked.Requests); extra > 0 {
+		if extra := c.Load.Running - float64(c.Booked.Requests+v.leftRunning); extra > 0 {
 			running += w * extra
 		}
 	}
@@ -134,7 +138,9 @@ func features(o *Options, in *Input, c *Candidate, p prior, v workerView) (Featu
 // cannot describe both. Token-less bookings (Booked.Unsized) and the scraped waiting
 // requests we did not route count at their expected size F_w, the scrape discounted by
 // its age; bookings made after the scrape are not double counted (only waiting requests
-// beyond our prefilling bookings are foreign).
+// beyond our prefilling bookings are foreign), nor are ours that left the queue after
+// the scrape (v.leftWaiting): a 1 s old scrape of a busy worker otherwise shows
+// several phantom foreign requests, each priced at F_w.
 func queueTokens(o *Options, in *Input, c *Candidate, v workerView) float64 {
 	q := float64(max(c.Booked.PrefillTokens, 0))
 	if v.backlog >= 0 {
@@ -142,7 +148,7 @@ func queueTokens(o *Options, in *Input, c *Candidate, v workerView) float64 {
 	}
 	q += float64(max(c.Booked.Unsized, 0)) * v.foreignTokens
 	if w := loadWeight(c.Load.ScrapedAt, in.Now, o.LoadHalfLife); w > 0 {
-		if extra := c.Load.Waiting - float64(c.Booked.Prefilling); extra > 0 {
+		if extra := c.Load.Waiting - float64(c.Booked.Prefilling+v.leftWaiting); extra > 0 {
 			q += w * extra * v.foreignTokens
 		}
 	}

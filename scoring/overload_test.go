@@ -123,3 +123,30 @@ func TestLoadedClusterPricesTheWorkAPickAdds(t *testing.T) {
 		t.Fatal("congestion_max < 0 must leave the TTFT alone deciding")
 	}
 }
+
+// TestOursThatLeftAreNotForeign: a scrape at t0 shows 3 waiting requests; all 3 were
+// ours and got their first token after it. They are neither booked as prefilling nor
+// someone else's, so the queue term holds no foreign work — before, each counted as a
+// foreign request of F_w tokens until the next scrape.
+func TestOursThatLeftAreNotForeign(t *testing.T) {
+	p := NewPredictor(Options{Rand: seeded(1)}, true)
+	c := cand("w", 0, 0)
+	in := input(2000)
+	var preds []Prediction
+	for i := 0; i < 3; i++ {
+		d := p.Pick(in, []Candidate{c})
+		preds = append(preds, d.Predictions[0])
+	}
+	c.Load = workers.Load{Waiting: 3, Running: 3, ScrapedAt: t0}
+	for i, pr := range preds {
+		p.Observe(Observation{Worker: "w", PromptTokens: 2000, Predicted: pr, Start: t0, TTFT: time.Duration(i+1) * 100 * time.Millisecond})
+	}
+	in.Now = t0.Add(500 * time.Millisecond)
+	if q := p.Predict(in, &c).Features[TermQueue]; q != 0 {
+		t.Fatalf("queue %.3f s: our requests that left the queue after the scrape were priced as foreign", q)
+	}
+	c.Load.Waiting = 5 // two more than ours: those are foreign
+	if q := p.Predict(in, &c).Features[TermQueue]; q <= 0 {
+		t.Fatalf("waiting requests beyond ours must count, queue %.3f s", q)
+	}
+}
