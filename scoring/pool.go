@@ -108,4 +108,3 @@ func (p *Predictor) updateTau2Locked() {
 		p.pool.tau2[t] = max(0, (dev[t]-noise[t])/float64(n))
 	}
 }
-
