@@ -23,7 +23,7 @@ type Scoring struct {
 	// Observations counts observations offered for learning (labels worker, result:
 	// learned, clipped — learned with a clipped residual —, skipped).
 	Observations *prometheus.CounterVec
-	// Picks counts decisions by policy and reason (best, tie, slo, degraded, policy).
+	// Picks counts decisions by policy and reason (best, tie, slo, degraded, explore, policy).
 	// Shed requests and explain (dry-run) picks are not counted.
 	Picks *prometheus.CounterVec
 	// Shed counts requests refused because even the best prediction exceeded the limit.
@@ -64,7 +64,7 @@ func newScoring(reg prometheus.Registerer) *Scoring {
 		Observations: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "observations_total", Help: "First-token observations offered for learning, by result (learned, clipped, skipped)."}, []string{"worker", "result"})),
 		Picks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "picks_total", Help: "Scoring decisions by policy and reason (best, tie, slo, degraded, policy)."}, []string{"policy", "reason"})),
+			Name: "picks_total", Help: "Scoring decisions by policy and reason (best, tie, slo, degraded, explore, policy)."}, []string{"policy", "reason"})),
 		Shed: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "shed_total", Help: "Requests refused (429) because even the best predicted TTFT exceeded the limit."}, []string{"policy"})),
 		CachedTokensError: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,

@@ -241,6 +241,9 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	f.booked.Requests++
 	f.booked.Prefilling++
 	f.booked.PrefillTokens += t.prefill
+	if t.PromptTokens <= 0 {
+		f.booked.Unsized++
+	}
 	r.tickets[t.id] = t
 	r.gaugesLocked(t.Worker, f)
 	r.mu.Unlock()
@@ -622,6 +625,9 @@ func (t *Ticket) FirstToken(at time.Time) {
 	if f := r.flights[t.Worker]; f != nil {
 		f.booked.Prefilling--
 		f.booked.PrefillTokens -= t.prefill
+		if t.PromptTokens <= 0 {
+			f.booked.Unsized--
+		}
 		f.booked.Decoding++
 		r.gaugesLocked(t.Worker, f)
 	}
@@ -686,6 +692,9 @@ func (r *Router) releaseLocked(t *Ticket, o response.Outcome) {
 	if t.firstAt.IsZero() {
 		f.booked.Prefilling--
 		f.booked.PrefillTokens -= t.prefill
+		if t.PromptTokens <= 0 {
+			f.booked.Unsized--
+		}
 	} else {
 		f.booked.Decoding--
 	}
@@ -694,5 +703,5 @@ func (r *Router) releaseLocked(t *Ticket, o response.Outcome) {
 
 func (t *Ticket) observation(ttft, e2e time.Duration, u response.Usage, status int) scoring.Observation {
 	return scoring.Observation{Worker: t.Worker, PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens,
-		Booked: t.booked, Load: t.load, Predicted: t.Predicted, TTFT: ttft, E2E: e2e, Usage: u, Status: status}
+		Booked: t.booked, Load: t.load, Predicted: t.Predicted, Start: t.Start, TTFT: ttft, E2E: e2e, Usage: u, Status: status}
 }

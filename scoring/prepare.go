@@ -15,6 +15,7 @@ type Preparer interface {
 // prepared is Prepare's result, carried on the Input to the Pick that follows.
 type prepared struct {
 	preds  []Prediction
+	st     []candState // each prediction's by-products (cached after evictions, prefill seconds, rate, factors)
 	fresh  []bool
 	booked []Booked // each prediction's Booked
 	names  []string // each prediction's worker (cands is the same list in Pick)
@@ -23,11 +24,11 @@ type prepared struct {
 // Prepare implements Preparer: one prediction per candidate with the worker's current
 // factors and the candidate's Booked as given.
 func (p *Predictor) Prepare(in *Input, cands []Candidate) {
-	pr := &prepared{preds: make([]Prediction, len(cands)), fresh: make([]bool, len(cands)),
+	pr := &prepared{preds: make([]Prediction, len(cands)), st: make([]candState, len(cands)), fresh: make([]bool, len(cands)),
 		booked: make([]Booked, len(cands)), names: make([]string, len(cands))}
 	p.mu.RLock()
 	for i := range cands {
-		pr.preds[i], pr.fresh[i] = p.predictLocked(in, &cands[i])
+		pr.preds[i], pr.fresh[i] = p.predictLocked(in, &cands[i], &pr.st[i])
 		pr.booked[i] = cands[i].Booked
 		if cands[i].Worker != nil {
 			pr.names[i] = cands[i].Worker.Name
@@ -39,15 +40,19 @@ func (p *Predictor) Prepare(in *Input, cands []Candidate) {
 
 // predictAt is predictLocked for cands[i], reusing Prepare's prediction when the
 // candidate is the one it was made for with the same Booked (everything else a
-// prediction reads — cached prefix, scraped load, request — is fixed for the pick).
-// Caller holds p.mu for reading.
-func (p *Predictor) predictAt(in *Input, cands []Candidate, i int) (Prediction, bool) {
+// prediction reads — cached prefix, scraped load, request — is fixed for the pick; the
+// backlog a pick adds goes to the worker it books, whose Booked then differs). Factors
+// learned from an observation between Prepare and Pick are not reflected: the reused
+// prediction is at most that observation old. st receives the by-products. Caller holds
+// p.mu for reading.
+func (p *Predictor) predictAt(in *Input, cands []Candidate, i int, st *candState) (Prediction, bool) {
 	c := &cands[i]
 	if pr := in.prepared; pr != nil && i < len(pr.preds) && pr.booked[i] == c.Booked &&
 		(c.Worker == nil && pr.names[i] == "" || c.Worker != nil && pr.names[i] == c.Worker.Name) {
 		if !pr.fresh[i] {
+			*st = pr.st[i]
 			return pr.preds[i], false
 		}
 	}
-	return p.predictLocked(in, c)
+	return p.predictLocked(in, c, st)
 }

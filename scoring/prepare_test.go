@@ -32,8 +32,10 @@ func TestPreparedPickEqualsPick(t *testing.T) {
 		}
 		return p
 	}
-	plain, staged := newPolicy(), newPolicy()
 	for round := 0; round < 3; round++ {
+		// Fresh policies per round: the scoring model's own backlog estimate (set by the
+		// previous round's pick) would otherwise decide, not the Booked this test varies.
+		plain, staged := newPolicy(), newPolicy()
 		in := func() *scoring.Input {
 			return &scoring.Input{Model: "m", PromptTokens: 2048, BlockSize: 16, Now: now.Add(time.Duration(round) * time.Second)}
 		}

@@ -15,6 +15,7 @@ type Booked struct {
 	PrefillTokens int `json:"prefill_tokens"` // uncached prompt tokens of booked requests without a first token yet
 	Prefilling    int `json:"prefilling"`     // booked requests without a first token yet
 	Decoding      int `json:"decoding"`       // booked requests past their first token, still generating
+	Unsized       int `json:"unsized"`        // of Prefilling: booked without a known prompt size (token-less, degraded)
 }
 
 // Candidate is one worker that can serve the request, with everything known about it
@@ -70,6 +71,7 @@ const (
 	ReasonSLO      = "slo"      // chosen among workers predicted to meet the request's SLO
 	ReasonDegraded = "degraded" // no token information: load only
 	ReasonPolicy   = "policy"   // a baseline policy's own choice
+	ReasonExplore  = "explore"  // decided with the pool's factors (Options.ExploreFraction)
 )
 
 // Decision is a policy's answer.
@@ -96,6 +98,7 @@ type Observation struct {
 	Booked       Booked // the worker's bookings at pick time (this request excluded)
 	Load         workers.Load
 	Predicted    Prediction    // zero if the policy does not predict
+	Start        time.Time     // when the request was picked (Input.Now); zero unknown
 	TTFT         time.Duration // observed time to first token; 0 when not observed
 	E2E          time.Duration // observed end-to-end latency; 0 when not finished
 	Usage        response.Usage
