@@ -533,8 +533,18 @@ func (p *parser) strCheck(start, end, i int) (string, error) {
 // strEscaped decodes a string from start whose first escape is at b[i] == '\\'.
 func (p *parser) strEscaped(start, i int) (string, error) {
 	b := p.b
+	pre := b[start:i]
+	for j, c := range pre {
+		if c < 0x20 {
+			p.i = start + j
+			return "", p.errChar("in string literal")
+		}
+	}
+	if !utf8.Valid(pre) {
+		return "", &SyntaxError{Msg: "invalid UTF-8 in string literal", Offset: int64(i)}
+	}
 	buf := make([]byte, 0, i-start+64)
-	buf = append(buf, b[start:i]...)
+	buf = append(buf, pre...)
 	for {
 		if i >= len(b) {
 			p.i = len(b)
