@@ -20,6 +20,7 @@ func fuzzSeeds(f *testing.F) {
 		`{"model":"m","prompt":[[1,2],[3]]}`, `{"model":"m","prompt":["a","b"]}`, `{"model":"m","prompt":"once"}`,
 		`{"model":"m","max_tokens":64,"system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":"hi"}]}`,
 		`{"model":"a","model":"b","MODEL":"c","messages":[{"role":"user","content":"x\u00e9\ud83d\ude00"}]}`,
+		`"a\nb\"c\\d\u00e9\ud83d\ude00\ud800x\udc00\/\b\f\r\t 01234567890123456789"`, `"\ud83dx"`,
 		`{"model":`, `[1,2]`, `{"a":01}`, "\"\xff\"", `{"a":[[[[[]]]]],"b":{"c":{"d":-0.0e+1}}}`,
 	} {
 		f.Add(byte(0), []byte(s))
@@ -71,6 +72,12 @@ func FuzzParse(f *testing.F) {
 				SniffModel(body[:i])
 			}
 			return
+		}
+		if v.Kind() == String {
+			var want string
+			if json.Unmarshal(body, &want) != nil || v.Text() != want {
+				t.Fatalf("string %q decodes to %q, encoding/json: %q", body, v.Text(), want)
+			}
 		}
 		out := v.AppendJSON(nil)
 		v2, err := ParseValue(out)

@@ -484,7 +484,7 @@ func (p *parser) str() (string, error) {
 	end := start + q
 	seg := b[start:end]
 	if k := bytes.IndexByte(seg, '\\'); k >= 0 {
-		return p.strEscaped(start, start+k)
+		return p.strEscaped(start, start+k, end)
 	}
 	i := 0
 	for ; i+8 <= len(seg); i += 8 {
@@ -530,8 +530,10 @@ func (p *parser) strCheck(start, end, i int) (string, error) {
 	return p.s[start:end], nil
 }
 
-// strEscaped decodes a string from start whose first escape is at b[i] == '\\'.
-func (p *parser) strEscaped(start, i int) (string, error) {
+// strEscaped decodes a string from start whose first escape is at b[i] == '\\'; the
+// first '"' after start is at quote (the end, unless it is escaped): decoded text is
+// never longer than its JSON, so that sizes the buffer.
+func (p *parser) strEscaped(start, i, quote int) (string, error) {
 	b := p.b
 	pre := b[start:i]
 	for j, c := range pre {
@@ -543,85 +545,113 @@ func (p *parser) strEscaped(start, i int) (string, error) {
 	if !utf8.Valid(pre) {
 		return "", &SyntaxError{Msg: "invalid UTF-8 in string literal", Offset: int64(i)}
 	}
-	buf := make([]byte, 0, i-start+64)
-	buf = append(buf, pre...)
+	out := make([]byte, max(quote-start, 16)+8)
+	w := copy(out, pre)
 	for {
+		// Plain ASCII eight bytes at a time, up to the next byte that needs a look.
+		for i+8 <= len(b) && w+8 <= len(out) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			binary.LittleEndian.PutUint64(out[w:], x) // bytes past a stop are overwritten
+			if m := stopMask(x); m != 0 {
+				k := bits.TrailingZeros64(m) >> 3
+				i, w = i+k, w+k
+				break
+			}
+			i, w = i+8, w+8
+		}
 		if i >= len(b) {
 			p.i = len(b)
 			return "", p.eof()
+		}
+		if w+8 > len(out) { // room for one escape or rune
+			out = append(out[:w], make([]byte, len(out)+8)...)
+			out = out[:cap(out)]
 		}
 		c := b[i]
 		switch {
 		case c == '"':
 			p.i = i + 1
-			return string(buf), nil
+			if w == 0 {
+				return "", nil
+			}
+			return unsafe.String(&out[0], w), nil // out is never written again
 		case c == '\\':
 			i++
 			if i >= len(b) {
 				p.i = len(b)
 				return "", p.eof()
 			}
-			switch e := b[i]; e {
+			e := b[i]
+			i++
+			switch e {
 			case '"', '\\', '/':
-				buf = append(buf, e)
-				i++
+				out[w] = e
 			case 'b':
-				buf, i = append(buf, '\b'), i+1
+				out[w] = '\b'
 			case 'f':
-				buf, i = append(buf, '\f'), i+1
+				out[w] = '\f'
 			case 'n':
-				buf, i = append(buf, '\n'), i+1
+				out[w] = '\n'
 			case 'r':
-				buf, i = append(buf, '\r'), i+1
+				out[w] = '\r'
 			case 't':
-				buf, i = append(buf, '\t'), i+1
+				out[w] = '\t'
 			case 'u':
-				r, ok := hex4(b, i+1)
+				r, ok := hex4(b, i)
 				if !ok {
-					p.i = min(i+5, len(b))
-					if i+5 > len(b) {
+					p.i = min(i+4, len(b))
+					if i+4 > len(b) {
 						return "", p.eof()
 					}
-					return "", &SyntaxError{Msg: "invalid character in \\u hexadecimal character escape", Offset: int64(i + 1)}
+					return "", &SyntaxError{Msg: "invalid character in \\u hexadecimal character escape", Offset: int64(i)}
 				}
-				i += 5
+				i += 4
 				if utf16.IsSurrogate(r) {
 					// A pair: \uD8xx\uDCxx. A lone surrogate becomes U+FFFD (as encoding/json).
+					r2 := rune(-1)
 					if i+6 <= len(b) && b[i] == '\\' && b[i+1] == 'u' {
-						if r2, ok := hex4(b, i+2); ok {
-							if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-								buf = utf8.AppendRune(buf, d)
-								i += 6
-								continue
-							}
+						r2, ok = hex4(b, i+2)
+						if !ok {
+							r2 = -1
 						}
 					}
-					r = utf8.RuneError
+					if d := utf16.DecodeRune(r, r2); r2 >= 0 && d != utf8.RuneError {
+						r = d
+						i += 6
+					} else {
+						r = utf8.RuneError
+					}
 				}
-				buf = utf8.AppendRune(buf, r)
+				w += utf8.EncodeRune(out[w:], r)
+				continue
 			default:
-				p.i = i
+				p.i = i - 1
 				return "", p.errChar("in string escape code")
 			}
+			w++
 		case c < 0x20:
 			p.i = i
 			return "", p.errChar("in string literal")
 		case c < 0x80:
-			j := i + 1
-			for j < len(b) && b[j] >= 0x20 && b[j] < 0x80 && b[j] != '"' && b[j] != '\\' {
-				j++
-			}
-			buf = append(buf, b[i:j]...)
-			i = j
+			out[w] = c
+			i, w = i+1, w+1
 		default:
 			r, n := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && n == 1 {
 				return "", &SyntaxError{Msg: "invalid UTF-8 in string literal", Offset: int64(i + 1)}
 			}
-			buf = append(buf, b[i:i+n]...)
+			w += copy(out[w:], b[i:i+n])
 			i += n
 		}
 	}
+}
+
+// stopMask flags (lowest flag exact) the bytes of w that end a plain run of string
+// text: '"', '\\', a control character or a non-ASCII byte.
+func stopMask(w uint64) uint64 {
+	q := w ^ (lo8 * '"')
+	bs := w ^ (lo8 * '\\')
+	return ((q - lo8) &^ q & hi8) | ((bs - lo8) &^ bs & hi8) | ctlOrHigh(w)
 }
 
 func hex4(b []byte, i int) (rune, bool) {
