@@ -78,21 +78,21 @@ func BenchmarkRequestCPU(b *testing.B) {
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
 		b.Skipf("%s missing: run make tokenizers", dir)
 	}
-	warm, err := tokenize.LoadModel(dir, tokenize.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cold, err := tokenize.LoadModel(dir, tokenize.Options{CacheBytes: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, shape := range []struct{ turns, perTurn int }{{64, 6800}, {512, 850}} {
-		for _, state := range []string{"prev_turn", "cold"} {
+	// One tokenizer loaded at a time, as in a process serving one model: a second
+	// one would double the live heap every GC cycle marks.
+	var m *tokenize.Model
+	for _, state := range []string{"prev_turn", "cold"} {
+		opts := tokenize.Options{}
+		if state == "cold" {
+			opts.CacheBytes = -1
+		}
+		m = nil
+		var err error
+		if m, err = tokenize.LoadModel(dir, opts); err != nil {
+			b.Fatal(err)
+		}
+		for _, shape := range []struct{ turns, perTurn int }{{64, 6800}, {512, 850}} {
 			b.Run(fmt.Sprintf("turns=%d/cache=%s", shape.turns, state), func(b *testing.B) {
-				m := warm
-				if state == "cold" {
-					m = cold
-				}
 				svc, err := tokenize.NewService(tokenize.ServiceOptions{Models: []tokenize.ModelConfig{{Name: "qwen3", Model: m, Paths: []tokenize.Path{tokenize.PathLocal}}}})
 				if err != nil {
 					b.Fatal(err)
