@@ -65,7 +65,7 @@ func newFixture(t testing.TB, n int, ttl time.Duration) *fixture {
 	return f
 }
 
-var chat = &request.Request{API: request.APIChat, Model: "m", Messages: []map[string]any{{"role": "user", "content": "x"}}}
+var chat = &request.Request{API: request.APIChat, Model: "m", Messages: request.MessagesOf([]map[string]any{{"role": "user", "content": "x"}})}
 
 func (f *fixture) booked(name string) scoring.Booked {
 	ws, _ := f.r.Snapshot()
