@@ -47,7 +47,8 @@ type App struct {
 	Metrics  *metrics.Set
 	Gatherer prometheus.Gatherer
 
-	ready chan struct{}
+	ready       chan struct{}
+	indexSynced atomic.Bool // the index was in exact mode for some worker once (readiness)
 }
 
 // New builds an App from cfg. Nothing listens or runs until Serve/Proxy is called.
@@ -257,8 +258,6 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		goRun(func() error { return serveGRPC(srv, l.Health) })
 		a.Logger.Info("grpc health listening", "addr", l.Health.Addr().String())
 	}
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if l.Proxy != nil {
 		srv := &http.Server{Handler: proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
 			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0}), ReadHeaderTimeout: 10 * time.Second}
@@ -273,6 +272,8 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		a.Logger.Info("admin listening", "addr", l.Admin.Addr().String())
 	}
 	close(a.ready)
+	a.updateHealth(hs)
+	goRun(func() error { a.serveHealth(ctx, hs); return nil })
 	<-ctx.Done()
 	hs.Shutdown()
 	grace, gcancel := context.WithTimeout(context.Background(), a.Config.Server.ShutdownGrace)

@@ -16,6 +16,10 @@ type Server struct {
 	// envoyproxy/ai-gateway#1209).
 	GRPCMaxRecvBytes int           `mapstructure:"grpc_max_recv_bytes"`
 	ShutdownGrace    time.Duration `mapstructure:"shutdown_grace"` // time to drain on SIGTERM
+	// ReadyRequiresIndex holds readiness (GET /readyz, gRPC "readiness") until the KV
+	// index has been in sync for at least one worker. Off by default: an idle vLLM
+	// publishes no KV events, so a fleet with no traffic would never become ready.
+	ReadyRequiresIndex bool `mapstructure:"ready_requires_index"`
 }
 
 func defaultServer() Server {

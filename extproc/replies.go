@@ -3,6 +3,7 @@ package extproc
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -65,12 +66,19 @@ func withMetadata(r *extprocv3.ProcessingResponse, md *structpb.Struct) *extproc
 // ORIGINAL_DST metadata_key and override_host read). Namespace "" disables metadata.
 func (st *stream) destination() (*extprocv3.HeaderMutation, *structpb.Struct) {
 	cfg := &st.s.opt.Config
-	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(cfg.DestinationHeader, st.ticket.Address)}}
+	// With extproc.fallback_endpoints the value is the protocol's ordered list
+	// "ip:port,ip:port,...": the pick, then the next best (override_host splits it; the
+	// header and the metadata carry the same value, as the protocol requires).
+	dest := st.ticket.Address
+	if len(st.ticket.Fallbacks) > 0 {
+		dest = strings.Join(append([]string{dest}, st.ticket.Fallbacks...), ",")
+	}
+	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(cfg.DestinationHeader, dest)}}
 	if cfg.MetadataNamespace == "" {
 		return mut, nil
 	}
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{cfg.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{
-		Fields: map[string]*structpb.Value{cfg.DestinationHeader: structpb.NewStringValue(st.ticket.Address)}})}}
+		Fields: map[string]*structpb.Value{cfg.DestinationHeader: structpb.NewStringValue(dest)}})}}
 	return mut, md
 }
 

@@ -51,6 +51,9 @@ type stream struct {
 	api           request.API
 	requestID     string
 	slo           time.Duration
+	subset        []string // GIE endpoint subset hint (when hasSubset)
+	hasSubset     bool
+	servedSeen    bool // the served endpoint was read from the response metadata
 	contentLength int  // -1 unknown
 	awaitingBody  bool // the pick waits for body (headers held by Envoy or by us)
 	holdHeaders   bool // we withhold the headers reply (FULL_DUPLEX_STREAMED, STREAMED without waiting)
@@ -89,6 +92,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.phase = phaseReqHeaders
 		st.count()
+		st.readSubsetHint(req.GetMetadataContext())
 		return st.requestHeaders(v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.phase = phaseReqBody
@@ -102,10 +106,12 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		st.phase = phaseRspHeaders
 		st.count()
+		st.readServed(req.GetMetadataContext())
 		return st.responseHeaders(v.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		st.phase = phaseRspBody
 		st.count()
+		st.readServed(req.GetMetadataContext())
 		st.s.m.BodyBytes.WithLabelValues("response").Add(float64(len(v.ResponseBody.GetBody())))
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -304,7 +310,8 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	req, err := st.parse(body, complete)
 	if err == nil {
 		st.req = req
-		st.ticket, err = st.s.opt.Router.Pick(st.ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo})
+		st.ticket, err = st.s.opt.Router.Pick(st.ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
+			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints})
 	}
 	if err != nil {
 		return st.immediate(err)

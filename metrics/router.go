@@ -16,6 +16,8 @@ type Router struct {
 	CachedTokens     prometheus.Histogram     // predicted cached prefix of the chosen worker, tokens
 	PrefixHitTokens  prometheus.Counter       // sum of predicted cached tokens on chosen workers
 	PromptTokensSeen prometheus.Counter       // sum of prompt tokens of routed requests (hit ratio denominator)
+	ServedMoves      *prometheus.CounterVec   // worker (the one that served): bookings moved to the endpoint the gateway reports served
+	ServedUnknown    prometheus.Counter       // served endpoints reported that no registered worker has
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
@@ -26,7 +28,7 @@ func newRouter(reg prometheus.Registerer) *Router {
 		DecisionSeconds: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "decision_duration_seconds", Help: "Time to make one pick (index lookup, scoring, booking), tokenization excluded.", Buckets: FastBuckets})),
 		Errors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "errors_total", Help: "Requests the router refused, by reason (unknown_model, no_worker, shed)."}, []string{"reason"})),
+			Name: "errors_total", Help: "Requests the router refused, by reason (unknown_model, no_worker, subset, shed)."}, []string{"reason"})),
 		InFlight: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "in_flight_requests", Help: "Requests routed by kvroute and not yet finished, per worker."}, []string{"worker"})),
 		InFlightTokens: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
@@ -45,5 +47,9 @@ func newRouter(reg prometheus.Registerer) *Router {
 			Name: "prefix_hit_tokens_total", Help: "Sum of predicted cached prompt tokens on chosen workers; divide by prompt_tokens_total for the prefix hit ratio."})),
 		PromptTokensSeen: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "prompt_tokens_total", Help: "Sum of prompt tokens of routed requests with known token counts."})),
+		ServedMoves: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "served_moves_total", Help: "Bookings moved because the gateway reported another endpoint served the request (a retry down the fallback list), by the worker that served."}, []string{"worker"})),
+		ServedUnknown: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "served_unknown_total", Help: "Served-endpoint reports naming an address no registered worker has (the booking stays where it was)."})),
 	}
 }

@@ -132,6 +132,16 @@ type PickOptions struct {
 	// Exclude names a worker not to pick (a retry after that worker refused the
 	// connection); "" none.
 	Exclude string
+	// Subset, when SubsetHint is set, restricts the pick to the workers whose "ip:port"
+	// address is listed: the Gateway API Inference Extension endpoint subset hint
+	// (docs/proposals/004-endpoint-picker-protocol, "Endpoint Subset"). An empty or
+	// fully ineligible list is a 503.
+	Subset     []string
+	SubsetHint bool
+	// Fallbacks is how many next-best workers Ticket.Fallbacks lists after the pick, in
+	// order of preference (the protocol's "ip:port,ip:port,..." destination list for
+	// gateways that retry down it); 0 none.
+	Fallbacks int
 }
 
 // Pick chooses a worker for req and books it. The returned Ticket must be ended with
@@ -176,6 +186,10 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	}
 	if d.Predictions != nil {
 		t.Predicted = d.Predictions[d.Index]
+	}
+	t.on, t.onAddress = t.Worker, t.Address
+	if opt.Fallbacks > 0 {
+		t.Fallbacks = fallbacks(cands, d, opt.Fallbacks)
 	}
 	t.prefill = max(in.PromptTokens-c.CachedTokens, 0)
 	if t.RequestID == "" {
@@ -262,6 +276,14 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	}
 	if opt.Exclude != "" {
 		ws = slices.DeleteFunc(ws, func(w *workers.Worker) bool { return w.Name == opt.Exclude })
+	}
+	if opt.SubsetHint {
+		ws = slices.DeleteFunc(ws, func(w *workers.Worker) bool { return !slices.Contains(opt.Subset, w.Address) })
+		if len(ws) == 0 {
+			r.m.Errors.WithLabelValues("subset").Inc()
+			return nil, nil, &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable",
+				Message: fmt.Sprintf("no healthy worker for model %q among the gateway's endpoint subset", req.Model)}
+		}
 	}
 	if len(ws) == 0 {
 		return nil, nil, r.noHealthy(req.Model)
@@ -413,7 +435,7 @@ func (r *Router) Snapshot() ([]WorkerState, []TicketState) {
 	}
 	ts := make([]TicketState, 0, len(r.tickets))
 	for _, t := range r.tickets {
-		ts = append(ts, TicketState{RequestID: t.RequestID, Worker: t.Worker, Model: t.Model, PromptTokens: t.PromptTokens,
+		ts = append(ts, TicketState{RequestID: t.RequestID, Worker: t.on, Model: t.Model, PromptTokens: t.PromptTokens,
 			CachedTokens: t.CachedTokens, FirstToken: t.firstAt != (time.Time{}), Age: now.Sub(t.Start), PredictedTTFT: t.Predicted.TTFT})
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Age > ts[j].Age })
@@ -436,7 +458,7 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 	n := 0
 	r.mu.Lock()
 	for _, t := range r.tickets {
-		if t.Worker == w.Name {
+		if t.on == w.Name {
 			r.releaseLocked(t)
 			n++
 		}
@@ -472,14 +494,20 @@ type Ticket struct {
 	Degraded     string
 	Predicted    scoring.Prediction
 	Start        time.Time
+	// Fallbacks are the addresses of the next-best workers after Address, best first
+	// (PickOptions.Fallbacks of them at most); nil unless asked for.
+	Fallbacks []string
 
 	prefill int            // booked uncached prefill tokens
 	booked  scoring.Booked // the worker's bookings before this one (learning feature)
 	load    workers.Load
 
 	// guarded by r.mu
-	firstAt time.Time
-	ended   bool
+	firstAt   time.Time
+	ended     bool
+	on        string // worker holding the booking: Worker, unless Served moved it
+	onAddress string // its address
+	moved     bool   // Served moved the booking: the prediction was for another worker
 }
 
 // FirstToken records that the first generated token reached kvroute at time at (zero
@@ -496,17 +524,18 @@ func (t *Ticket) FirstToken(at time.Time) {
 		return
 	}
 	t.firstAt = at
-	if f := r.flights[t.Worker]; f != nil {
+	on, moved := t.on, t.moved
+	if f := r.flights[on]; f != nil {
 		f.booked.Prefilling--
 		f.booked.PrefillTokens -= t.prefill
 		f.booked.Decoding++
-		r.gaugesLocked(t.Worker, f)
+		r.gaugesLocked(on, f)
 	}
 	r.mu.Unlock()
 	ttft := at.Sub(t.Start)
 	r.m.TicketsReleased.WithLabelValues("first_token").Inc()
-	r.m.TTFTSeconds.WithLabelValues(t.Worker).Observe(ttft.Seconds())
-	if l, ok := r.opt.Policy.(scoring.Learner); ok {
+	r.m.TTFTSeconds.WithLabelValues(on).Observe(ttft.Seconds())
+	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved {
 		l.Observe(t.observation(ttft, 0, response.Usage{}, 0))
 	}
 }
@@ -522,10 +551,11 @@ func (t *Ticket) Done(status int, usage response.Usage, at time.Time) {
 		return
 	}
 	e2e := at.Sub(t.Start)
-	r.m.E2ESeconds.WithLabelValues(t.Worker).Observe(e2e.Seconds())
-	if l, ok := r.opt.Policy.(scoring.Learner); ok {
+	fa, on, moved := t.servedLocked()
+	r.m.E2ESeconds.WithLabelValues(on).Observe(e2e.Seconds())
+	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved {
 		var ttft time.Duration
-		if fa := t.firstAtLocked(); !fa.IsZero() {
+		if !fa.IsZero() {
 			ttft = fa.Sub(t.Start)
 		}
 		l.Observe(t.observation(ttft, e2e, usage, status))
@@ -538,10 +568,90 @@ func (t *Ticket) Abort() {
 	t.r.end(t, "abort")
 }
 
-func (t *Ticket) firstAtLocked() time.Time {
+// servedLocked reads, under r.mu, the first-token time, the worker holding the
+// booking and whether Served moved it.
+func (t *Ticket) servedLocked() (time.Time, string, bool) {
 	t.r.mu.Lock()
 	defer t.r.mu.Unlock()
-	return t.firstAt
+	return t.firstAt, t.on, t.moved
+}
+
+// Served records the endpoint ("ip:port") the gateway reports as having served the
+// request: the GIE protocol's x-gateway-destination-endpoint-served response metadata
+// (docs/proposals/004-endpoint-picker-protocol, "Destination Endpoint Served"). When it
+// differs from the pick — the gateway retried down the fallback list — the booking
+// (prefill tokens, or the decoding slot after the first token) moves to the worker at
+// that address, and the ticket no longer teaches the policy: its prediction was made
+// for another worker. It returns true when the booking moved; an address no registered
+// worker has, the address already booked, or an ended ticket change nothing.
+func (t *Ticket) Served(address string) bool {
+	r := t.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.ended || address == "" || address == t.onAddress {
+		return false
+	}
+	var to *workers.Worker
+	for _, w := range r.opt.Registry.All() {
+		if w.Address == address {
+			to = w
+			break
+		}
+	}
+	if to == nil {
+		r.m.ServedUnknown.Inc()
+		return false
+	}
+	if f := r.flights[t.on]; f != nil {
+		f.booked.Requests--
+		if t.firstAt.IsZero() {
+			f.booked.Prefilling--
+			f.booked.PrefillTokens -= t.prefill
+		} else {
+			f.booked.Decoding--
+		}
+		r.gaugesLocked(t.on, f)
+	}
+	f := r.flights[to.Name]
+	if f == nil {
+		f = &flight{}
+		r.flights[to.Name] = f
+	}
+	f.booked.Requests++
+	if t.firstAt.IsZero() {
+		f.booked.Prefilling++
+		f.booked.PrefillTokens += t.prefill
+	} else {
+		f.booked.Decoding++
+	}
+	r.gaugesLocked(to.Name, f)
+	r.m.ServedMoves.WithLabelValues(to.Name).Inc()
+	t.on, t.onAddress, t.moved = to.Name, to.Address, true
+	return true
+}
+
+// fallbacks lists up to n candidates other than the chosen one, best first: by
+// predicted TTFT when the policy predicts, else by fewest booked requests (name order
+// breaks ties, as the candidates are sorted by name).
+func fallbacks(cands []scoring.Candidate, d scoring.Decision, n int) []string {
+	order := make([]int, 0, len(cands)-1)
+	for i := range cands {
+		if i != d.Index {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		i, j := order[a], order[b]
+		if d.Predictions != nil && d.Predictions[i].TTFT != d.Predictions[j].TTFT {
+			return d.Predictions[i].TTFT < d.Predictions[j].TTFT
+		}
+		return cands[i].Booked.Requests < cands[j].Booked.Requests
+	})
+	out := make([]string, 0, min(n, len(order)))
+	for _, i := range order[:min(n, len(order))] {
+		out = append(out, cands[i].Worker.Address)
+	}
+	return out
 }
 
 func (r *Router) end(t *Ticket, how string) bool {
@@ -563,7 +673,7 @@ func (r *Router) releaseLocked(t *Ticket) {
 	}
 	t.ended = true
 	delete(r.tickets, t.id)
-	f := r.flights[t.Worker]
+	f := r.flights[t.on]
 	if f == nil {
 		return
 	}
@@ -574,7 +684,7 @@ func (r *Router) releaseLocked(t *Ticket) {
 	} else {
 		f.booked.Decoding--
 	}
-	r.gaugesLocked(t.Worker, f)
+	r.gaugesLocked(t.on, f)
 }
 
 func (t *Ticket) observation(ttft, e2e time.Duration, u response.Usage, status int) scoring.Observation {
