@@ -32,6 +32,7 @@ import (
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenize"
+	"github.com/kvroute/kvroute/tracing"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -46,6 +47,7 @@ type App struct {
 	Tokenize *tokenize.Service
 	Metrics  *metrics.Set
 	Gatherer prometheus.Gatherer
+	Tracing  *tracing.Provider // kvroute.route spans; flushed when Run returns
 
 	ready       chan struct{}
 	indexSynced atomic.Bool // the index was in exact mode for some worker once (readiness)
@@ -78,6 +80,12 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	a.KVEvents = kvev
 	a.Registry.Subscribe(a.KVEvents)
+	tc := cfg.Tracing
+	a.Tracing, err = tracing.New(context.Background(), tracing.Options{Enabled: tc.Enabled, Protocol: tc.Protocol,
+		Endpoint: tc.Endpoint, Insecure: tc.Insecure, SampleRatio: tc.SampleRatio, Version: Version})
+	if err != nil {
+		return nil, err
+	}
 	policy, err := newPolicy(cfg, ms, logger)
 	if err != nil {
 		return nil, err
@@ -110,7 +118,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
-		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize})
+		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize,
+		Tracer: a.Tracing.Tracer()})
 	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
 		a.Registry.Subscribe(l)
 	}
@@ -245,7 +254,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		// pings with GOAWAY too_many_pings, killing every in-flight ext_proc stream.
 		srv := grpc.NewServer(grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
-		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger}))
+		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer()}))
 		healthpb.RegisterHealthServer(srv, hs)
 		grpcServers = append(grpcServers, srv)
 		goRun(func() error { return serveGRPC(srv, l.ExtProc) })
@@ -259,7 +268,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		a.Logger.Info("grpc health listening", "addr", l.Health.Addr().String())
 	}
 	if l.Proxy != nil {
-		srv := &http.Server{Handler: proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
+		srv := &http.Server{Handler: proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer(),
 			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0}), ReadHeaderTimeout: 10 * time.Second}
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Proxy) })
@@ -291,6 +300,9 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}
 	}
 	wg.Wait()
+	if err := a.Tracing.Shutdown(grace); err != nil {
+		a.Logger.Warn("tracing: flushing spans at shutdown", "err", err)
+	}
 	select {
 	case err := <-errc:
 		return err

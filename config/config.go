@@ -41,6 +41,7 @@ type Config struct {
 	Models    []Model   `mapstructure:"models"`
 	Workers   []Worker  `mapstructure:"workers"`
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
+	Tracing   Tracing   `mapstructure:"tracing"`
 }
 
 // Default returns the configuration with every default set.
@@ -52,6 +53,7 @@ func Default() Config {
 		Index:     defaultIndex(),
 		Scoring:   defaultScoring(),
 		Discovery: defaultDiscovery(),
+		Tracing:   defaultTracing(),
 	}
 }
 
@@ -70,6 +72,7 @@ func (c *Config) Validate() error {
 	add(c.Index.validate())
 	add(c.Scoring.validate())
 	add(c.Discovery.validate())
+	add(c.Tracing.validate())
 	add(validateModels(c.Models))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	return errors.Join(errs...)

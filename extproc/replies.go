@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"math"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvroute/kvroute/router"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 var zeroTime time.Time
@@ -74,6 +76,9 @@ func (st *stream) destination() (*extprocv3.HeaderMutation, *structpb.Struct) {
 		dest = strings.Join(append([]string{dest}, st.ticket.Fallbacks...), ",")
 	}
 	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(cfg.DestinationHeader, dest)}}
+	// The upstream request continues the trace from kvroute's route span (W3C
+	// traceparent/tracestate, overwriting the caller's), so vLLM's spans join it.
+	st.route.Inject(func(k, v string) { mut.SetHeaders = append(mut.SetHeaders, setHeader(k, v)) })
 	if cfg.MetadataNamespace == "" {
 		return mut, nil
 	}
@@ -106,6 +111,8 @@ func (st *stream) responseMutation() *extprocv3.HeaderMutation {
 func (st *stream) immediate(err error) error {
 	r := router.ErrorReply(err)
 	st.s.m.ImmediateResponses.WithLabelValues(strconv.Itoa(r.Status)).Inc()
+	st.route.Set(attribute.Int("http.response.status_code", r.Status))
+	st.route.Fail(http.StatusText(r.Status))
 	st.s.log.Debug("ext_proc: immediate response", "request_id", st.requestID, "status", r.Status, "err", err)
 	hm := &extprocv3.HeaderMutation{}
 	for _, h := range r.Header {

@@ -52,6 +52,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		}
 		if st.tracker.Write(b.GetBody()) {
 			st.ticket.FirstToken(zeroTime)
+			st.route.Event("first_token", zeroTime)
 		}
 		if b.GetEndOfStream() {
 			st.complete(st.tracker.Finish())
@@ -83,6 +84,7 @@ func (st *stream) responseTrailers() error {
 func (st *stream) complete(u response.Usage) {
 	st.completed = true
 	st.ticket.Done(st.status, u, zeroTime)
+	st.route.Completed(st.status, u)
 }
 
 // finish ends the stream's ticket: a ticket not completed by now is aborted, with the
@@ -94,4 +96,5 @@ func (st *stream) finish(reason string) {
 	st.completed = true
 	st.ticket.Abort()
 	st.s.m.Aborts.WithLabelValues(reason).Inc()
+	st.route.Fail("aborted: " + reason)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/router"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures a Server.
@@ -23,6 +24,7 @@ type Options struct {
 	Config  config.ExtProc // zero fields are NOT defaulted: pass config.Default().ExtProc as a base
 	Metrics *metrics.Set   // nil: an unregistered set
 	Logger  *slog.Logger   // nil: slog.Default()
+	Tracer  trace.Tracer   // kvroute.route spans (package tracing); nil: none
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor. One Process call
@@ -61,6 +63,7 @@ func New(opt Options) *Server {
 // then answers 500, or continues when failure_mode_allow is set).
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	st := newStream(s, ps.Context(), ps.Send)
+	defer func() { st.route.End() }()
 	s.m.ActiveStreams.Inc()
 	defer s.m.ActiveStreams.Dec()
 	defer func() {

@@ -33,6 +33,8 @@ import (
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures a Handler.
@@ -47,6 +49,8 @@ type Options struct {
 	// retried once elsewhere). Set it when nothing would mark the worker healthy again:
 	// only the /metrics scraper (scoring.scrape.interval > 0) revives workers.
 	NoPassiveHealth bool
+	// Tracer starts each request's kvroute.route span (package tracing); nil: none.
+	Tracer trace.Tracer
 }
 
 type handler struct {
@@ -89,6 +93,7 @@ func New(opt Options) http.Handler {
 type flight struct {
 	ticket   *router.Ticket
 	req      *request.Request
+	route    *tracing.Route
 	ended    bool // Done or Abort called
 	mayRetry bool // first attempt: a connect failure may be retried on another worker
 	retry    bool // set by errorHandler: nothing was written, pick again
@@ -99,6 +104,9 @@ type flightKey struct{}
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
 	var f *flight
+	api := request.APIForPath(r.URL.Path)
+	route := tracing.StartRoute(r.Context(), h.opt.Tracer, r.Header.Get, string(api))
+	defer route.End()
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -115,27 +123,33 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.m.ProxyRequests.WithLabelValues(statusClass(rec.status)).Inc()
 	}()
+	ctx := route.Context(r.Context())
+	_, span := tracing.Start(ctx, h.opt.Tracer, tracing.SpanParse)
 	body, err := readBody(r, h.opt.Config.MaxBodyBytes)
+	var req *request.Request
+	if err == nil {
+		req, err = request.Parse(api, body)
+	}
+	span.End()
 	if err != nil {
+		route.Fail("request refused")
 		h.writeError(rec, err)
 		return
 	}
-	req, err := request.Parse(request.APIForPath(r.URL.Path), body)
-	if err != nil {
-		h.writeError(rec, err)
-		return
-	}
+	route.Set(tracing.Model(req.Model))
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
 	// (unless passive health is off) and the request, of which nothing was sent, is
 	// picked again among the other workers (see errorHandler).
 	for attempt := 0; attempt < 2; attempt++ {
-		t, err := h.opt.Router.Pick(r.Context(), req, po)
+		t, err := h.opt.Router.Pick(ctx, req, po)
 		if err != nil {
+			route.Fail("no pick")
 			h.writeError(rec, err)
 			return
 		}
-		f = &flight{ticket: t, req: req, mayRetry: attempt == 0}
+		route.Set(t.TraceAttributes()...)
+		f = &flight{ticket: t, req: req, route: route, mayRetry: attempt == 0}
 		out := r.WithContext(context.WithValue(r.Context(), flightKey{}, f))
 		out.Body = io.NopCloser(bytes.NewReader(body))
 		out.ContentLength = int64(len(body))
@@ -187,6 +201,8 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	if d := h.opt.Config.DestinationHeader; d != "" {
 		pr.Out.Header.Set(d, f.ticket.Address)
 	}
+	// The worker continues the trace from kvroute's route span (W3C traceparent).
+	f.route.Inject(pr.Out.Header.Set)
 }
 
 func (h *handler) modifyResponse(resp *http.Response) error {
@@ -256,6 +272,7 @@ func (h *handler) abort(f *flight, reason string) {
 	f.ended = true
 	f.ticket.Abort()
 	h.m.Aborts.WithLabelValues(reason).Inc()
+	f.route.Fail("aborted: " + reason)
 }
 
 // writeError answers a refusal through the one shared mapping (router.ErrorReply).
@@ -284,12 +301,15 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 && !b.f.ended && b.tr.Write(p[:n]) {
 		b.f.ticket.FirstToken(time.Time{})
+		b.f.route.Event("first_token", time.Time{})
 	}
 	switch {
 	case err == io.EOF:
 		if !b.f.ended {
 			b.f.ended = true
-			b.f.ticket.Done(b.status, b.tr.Finish(), time.Time{})
+			u := b.tr.Finish()
+			b.f.ticket.Done(b.status, u, time.Time{})
+			b.f.route.Completed(b.status, u)
 		}
 	case err != nil:
 		reason := "upstream_error"

@@ -22,7 +22,10 @@ import (
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenize"
+	"github.com/kvroute/kvroute/tracing"
 	"github.com/kvroute/kvroute/workers"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Model is what the router needs to know about one served model.
@@ -57,6 +60,9 @@ type Options struct {
 	TicketTTL time.Duration
 	Metrics   *metrics.Set     // nil: an unregistered set
 	Now       func() time.Time // nil: time.Now
+	// Tracer starts the kvroute.tokenize, kvroute.index_lookup and kvroute.pick child
+	// spans under the span in Pick's context (package tracing); nil: none.
+	Tracer trace.Tracer
 }
 
 // Error is a routing refusal with the HTTP status a front should answer with.
@@ -152,6 +158,8 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	if err != nil {
 		return nil, err
 	}
+	_, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanPick)
+	defer span.End()
 	start := time.Now()
 	r.mu.Lock()
 	// prepare ran without r.mu: a worker may have left the registry since. Its removal
@@ -297,7 +305,10 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if req.API == request.APIOther {
 		in.Degraded, in.path = "not_inference", tokenize.PathNone
 	} else {
-		res, err := r.opt.Tokenizer.Tokenize(ctx, req)
+		tctx, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanTokenize)
+		res, err := r.opt.Tokenizer.Tokenize(tctx, req)
+		span.SetAttributes(tracing.TokenizePath.String(string(res.Path)), attribute.Int("gen_ai.usage.input_tokens", res.PromptTokens))
+		span.End()
 		switch {
 		case err != nil:
 			in.Degraded, in.path = "tokenize_failed", tokenize.PathNone
@@ -324,6 +335,9 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		idx[w.Name] = i
 	}
 	if r.opt.Index != nil && len(in.Keys) > 0 {
+		_, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanIndexLookup)
+		defer span.End()
+		span.SetAttributes(attribute.Int("kvroute.blocks", len(in.Keys)))
 		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
 			if i, ok := idx[m.Worker]; ok {
 				cands[i].Cached = m
@@ -566,6 +580,24 @@ func (t *Ticket) Done(status int, usage response.Usage, at time.Time) {
 // stream cancelled).
 func (t *Ticket) Abort() {
 	t.r.end(t, "abort")
+}
+
+// TraceAttributes describes the decision for the request's kvroute.route span (package
+// tracing): the GenAI model and prompt size, the worker, its predicted cached tokens
+// and TTFT (seconds), the reason and any degradation.
+func (t *Ticket) TraceAttributes() []attribute.KeyValue {
+	a := []attribute.KeyValue{tracing.Model(t.Model), tracing.Worker.String(t.Worker), tracing.Reason.String(t.Reason),
+		tracing.CachedTokens.Int(t.CachedTokens), tracing.TokenizePath.String(string(t.Path))}
+	if t.PromptTokens > 0 {
+		a = append(a, tracing.Usage(t.PromptTokens, -1)...)
+	}
+	if t.Predicted.TTFT > 0 {
+		a = append(a, tracing.PredictedTTFT.Float64(t.Predicted.TTFT.Seconds()))
+	}
+	if t.Degraded != "" {
+		a = append(a, tracing.Degraded.String(t.Degraded))
+	}
+	return a
 }
 
 // servedLocked reads, under r.mu, the first-token time, the worker holding the
