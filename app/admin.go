@@ -11,7 +11,7 @@ import (
 //
 //	GET /metrics         Prometheus metrics
 //	GET /healthz         liveness: 200 while the process runs
-//	GET /readyz          readiness: 200 once servers run and at least one worker is healthy
+//	GET /readyz          readiness: 200 once servers run and at least one worker is healthy (ready.go)
 //	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one; ?limit=N≤1000&cursor=NAME: a page)
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
@@ -34,19 +34,11 @@ func (a *App) AdminHandler() http.Handler {
 }
 
 func (a *App) readyz(w http.ResponseWriter, _ *http.Request) {
-	select {
-	case <-a.ready:
-	default:
-		http.Error(w, "starting", http.StatusServiceUnavailable)
+	if ok, why := a.readiness(); !ok {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
-	for _, wk := range a.Registry.All() {
-		if a.Registry.Healthy(wk.Name) {
-			w.Write([]byte("ok\n"))
-			return
-		}
-	}
-	http.Error(w, "no healthy worker", http.StatusServiceUnavailable)
+	w.Write([]byte("ok\n"))
 }
 
 func (a *App) debugWorkers(w http.ResponseWriter, _ *http.Request) {

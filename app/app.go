@@ -32,6 +32,7 @@ import (
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenize"
+	"github.com/kvroute/kvroute/tracing"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -46,9 +47,11 @@ type App struct {
 	Tokenize *tokenize.Service
 	Metrics  *metrics.Set
 	Gatherer prometheus.Gatherer
+	Tracing  *tracing.Provider // kvroute.route spans; flushed when Run returns
 
-	ready      chan struct{}
-	explainSem chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
+	ready       chan struct{}
+	explainSem  chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
+	indexSynced atomic.Bool    // the index was in exact mode for some worker once (readiness)
 }
 
 // New builds an App from cfg. Nothing listens or runs until Serve/Proxy is called.
@@ -80,6 +83,12 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	a.KVEvents = kvev
 	a.Registry.Subscribe(a.KVEvents)
+	tc := cfg.Tracing
+	a.Tracing, err = tracing.New(context.Background(), tracing.Options{Enabled: tc.Enabled, Protocol: tc.Protocol,
+		Endpoint: tc.Endpoint, Insecure: tc.Insecure, SampleRatio: tc.SampleRatio, Version: Version})
+	if err != nil {
+		return nil, err
+	}
 	policy, err := newPolicy(cfg, ms, logger)
 	if err != nil {
 		return nil, err
@@ -113,7 +122,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
 		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize,
-		MaxPromptTokens: cfg.Router.MaxPromptTokens})
+		MaxPromptTokens: cfg.Router.MaxPromptTokens, Tracer: a.Tracing.Tracer()})
 	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
 		a.Registry.Subscribe(l)
 	}
@@ -254,7 +263,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}
 		srv := grpc.NewServer(append(gopts, grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
-		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger}))
+		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer()}))
 		healthpb.RegisterHealthServer(srv, hs)
 		grpcServers = append(grpcServers, srv)
 		goRun(func() error { return serveGRPC(srv, l.ExtProc) })
@@ -267,11 +276,9 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		goRun(func() error { return serveGRPC(srv, l.Health) })
 		a.Logger.Info("grpc health listening", "addr", l.Health.Addr().String())
 	}
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if l.Proxy != nil {
 		srv := a.httpServer(proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
-			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0, Proxy: a.Config.Proxy,
+			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0, Proxy: a.Config.Proxy, Tracer: a.Tracing.Tracer(),
 			BodyTimeout: a.Config.Server.HTTPBodyTimeout, WriteTimeout: a.Config.Server.HTTPWriteTimeout}), false)
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Proxy) })
@@ -284,6 +291,8 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		a.Logger.Info("admin listening", "addr", l.Admin.Addr().String())
 	}
 	close(a.ready)
+	a.updateHealth(hs)
+	goRun(func() error { a.serveHealth(ctx, hs); return nil })
 	<-ctx.Done()
 	hs.Shutdown()
 	grace, gcancel := context.WithTimeout(context.Background(), a.Config.Server.ShutdownGrace)
@@ -301,6 +310,9 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}
 	}
 	wg.Wait()
+	if err := a.Tracing.Shutdown(grace); err != nil {
+		a.Logger.Warn("tracing: flushing spans at shutdown", "err", err)
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -42,6 +42,7 @@ type Config struct {
 	Workers   []Worker  `mapstructure:"workers"`
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
 	Proxy     Proxy     `mapstructure:"proxy"`
+	Tracing   Tracing   `mapstructure:"tracing"`
 }
 
 // Default returns the configuration with every default set.
@@ -54,6 +55,7 @@ func Default() Config {
 		Scoring:   defaultScoring(),
 		Discovery: defaultDiscovery(),
 		Proxy:     defaultProxy(),
+		Tracing:   defaultTracing(),
 	}
 }
 
@@ -72,6 +74,7 @@ func (c *Config) Validate() error {
 	add(c.Index.validate())
 	add(c.Scoring.validate())
 	add(c.Discovery.validate())
+	add(c.Tracing.validate())
 	add(validateModels(c.Models))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())

@@ -54,6 +54,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		}
 		if st.tracker.Write(b.GetBody()) {
 			st.ticket.FirstToken(zeroTime)
+			st.route.Event("first_token", zeroTime)
 		}
 		// The SSE end marker ([DONE], message_stop) completes the request: a client
 		// that hangs up right after it makes Envoy reset the stream before the last
@@ -88,6 +89,7 @@ func (st *stream) responseTrailers() error {
 func (st *stream) complete(res response.Result) {
 	st.completed = true
 	st.record(st.ticket.Complete(res, zeroTime))
+	st.route.Completed(res.Status, res.Usage)
 }
 
 // inference reports whether the request's path is an inference API (its 2xx body
@@ -103,6 +105,7 @@ func (st *stream) finish(reason string) {
 	st.completed = true
 	st.record(st.ticket.AbortWith(response.OutcomeAborted))
 	st.s.m.Aborts.WithLabelValues(reason).Inc()
+	st.route.Fail("aborted: " + reason)
 }
 
 // record counts the request once, with outcome o, on kvroute_extproc_requests_total.

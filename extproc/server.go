@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/router"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures a Server.
@@ -23,6 +24,7 @@ type Options struct {
 	Config  config.ExtProc // zero fields are NOT defaulted: pass config.Default().ExtProc as a base
 	Metrics *metrics.Set   // nil: an unregistered set
 	Logger  *slog.Logger   // nil: slog.Default()
+	Tracer  trace.Tracer   // kvroute.route spans (package tracing); nil: none
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor. One Process call
@@ -80,6 +82,7 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err erro
 	}
 	st := newStream(s, ps.Context(), ps.Send)
 	rate := newBucket(s.opt.Config.MaxMessagesPerSecond)
+	defer func() { st.route.End() }()
 	s.m.ActiveStreams.Inc()
 	defer s.m.ActiveStreams.Dec()
 	defer st.recordEnd() // after the panic recovery below has aborted the ticket

@@ -12,6 +12,7 @@ import (
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/tracing"
 )
 
 // phase names a ProcessingRequest kind (metrics label, logs).
@@ -51,6 +52,9 @@ type stream struct {
 	api           request.API
 	requestID     string
 	slo           time.Duration
+	subset        []string // GIE endpoint subset hint (when hasSubset)
+	hasSubset     bool
+	servedSeen    bool // the served endpoint was read from the response metadata
 	contentLength int  // -1 unknown
 	awaitingBody  bool // the pick waits for body (headers held by Envoy or by us)
 	holdHeaders   bool // we withhold the headers reply (FULL_DUPLEX_STREAMED, STREAMED without waiting)
@@ -60,6 +64,9 @@ type stream struct {
 	failed        bool // an ImmediateResponse went out: Envoy stops processing and closes
 	req           *request.Request
 	ticket        *router.Ticket
+	route         *tracing.Route // the kvroute.route span; nil until the request headers
+	traceparent   string         // W3C trace context of the caller (request headers)
+	tracestate    string
 
 	// response direction
 	status     int
@@ -90,6 +97,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.phase = phaseReqHeaders
 		st.count()
+		st.readSubsetHint(req.GetMetadataContext())
 		return st.requestHeaders(v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.phase = phaseReqBody
@@ -103,10 +111,12 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		st.phase = phaseRspHeaders
 		st.count()
+		st.readServed(req.GetMetadataContext())
 		return st.responseHeaders(v.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		st.phase = phaseRspBody
 		st.count()
+		st.readServed(req.GetMetadataContext())
 		st.s.m.BodyBytes.WithLabelValues("response").Add(float64(len(v.ResponseBody.GetBody())))
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -119,6 +129,17 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 		st.s.m.PhaseErrors.WithLabelValues(string(phaseNone), "protocol").Inc()
 		return status.Error(codes.InvalidArgument, "kvroute: ProcessingRequest without a request phase")
 	}
+}
+
+// traceHeader reads the caller's W3C trace context headers (tracing.HeaderGetter).
+func (st *stream) traceHeader(name string) string {
+	switch name {
+	case "traceparent":
+		return st.traceparent
+	case "tracestate":
+		return st.tracestate
+	}
+	return ""
 }
 
 func (st *stream) count() { st.s.m.Messages.WithLabelValues(string(st.phase)).Inc() }
@@ -155,6 +176,10 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 			path = headerValue(hv)
 		case "x-request-id":
 			st.requestID = headerValue(hv)
+		case "traceparent":
+			st.traceparent = headerValue(hv)
+		case "tracestate":
+			st.tracestate = headerValue(hv)
 		case "content-length":
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n >= 0 {
 				st.contentLength = n
@@ -168,6 +193,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		}
 	}
 	st.api = request.APIForPath(path)
+	st.route = tracing.StartRoute(st.ctx, st.s.opt.Tracer, st.traceHeader, string(st.api))
 	if st.observability {
 		st.s.m.Streams.WithLabelValues("observability").Inc()
 		return nil
@@ -304,14 +330,20 @@ const (
 // one ImmediateResponse.
 func (st *stream) pickAndRelease(body []byte, complete bool, how release) error {
 	st.awaitingBody = false
+	ctx := st.route.Context(st.ctx)
+	_, span := tracing.Start(ctx, st.s.opt.Tracer, tracing.SpanParse)
 	req, err := st.parse(body, complete)
+	span.End()
 	if err == nil {
 		st.req = req
-		st.ticket, err = st.s.opt.Router.Pick(st.ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo})
+		st.route.Set(tracing.Model(req.Model))
+		st.ticket, err = st.s.opt.Router.Pick(ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
+			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints})
 	}
 	if err != nil {
 		return st.immediate(err)
 	}
+	st.route.Set(st.ticket.TraceAttributes()...)
 	if st.requestID == "" {
 		st.requestID = st.ticket.RequestID
 	}

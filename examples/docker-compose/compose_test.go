@@ -208,6 +208,37 @@ func loadKVRoute(t *testing.T, c *composeFile) *config.Config {
 	return cfg
 }
 
+// Tracing: kvroute exports OTLP to a compose service that receives OTLP on that port
+// (Jaeger v2 all-in-one: 4317 gRPC, 4318 HTTP) and publishes its UI.
+func TestTracesGoToJaeger(t *testing.T) {
+	c := loadCompose(t)
+	cfg := loadKVRoute(t, c)
+	if !cfg.Tracing.Enabled {
+		t.Fatal("kvroute.yaml: tracing.enabled is off; the demo shows each decision's trace in Jaeger")
+	}
+	host, p, err := net.SplitHostPort(cfg.Tracing.Endpoint)
+	if err != nil {
+		t.Fatalf("tracing.endpoint %q: %v", cfg.Tracing.Endpoint, err)
+	}
+	j, ok := c.Services[host]
+	if !ok {
+		t.Fatalf("tracing.endpoint names %q, not a compose service", host)
+	}
+	want := map[string]string{"grpc": "4317", "http/protobuf": "4318"}[cfg.Tracing.Protocol]
+	if p != want || !strings.HasPrefix(j.Image, "jaegertracing/jaeger:2") {
+		t.Errorf("tracing.endpoint %s over %s: Jaeger v2 (%s) receives it on %s", cfg.Tracing.Endpoint, cfg.Tracing.Protocol, j.Image, want)
+	}
+	if !cfg.Tracing.Insecure {
+		t.Error("the demo's Jaeger has no TLS: tracing.insecure must be true")
+	}
+	if !j.publishes(16686) {
+		t.Error("the Jaeger UI (16686) should be published")
+	}
+	if !slices.Contains(c.Services["kvroute"].DependsOn, host) {
+		t.Errorf("kvroute should depend on %s", host)
+	}
+}
+
 func TestKVRouteConfigMatchesWorkers(t *testing.T) {
 	c := loadCompose(t)
 	cfg := loadKVRoute(t, c)
