@@ -48,6 +48,10 @@ func (c *consumer) pub(r int) *pubState {
 // handle tracks f's sequence (replaying gaps, detecting restarts) and applies it.
 func (c *consumer) handle(ctx context.Context, f frame) {
 	m := c.s.m
+	if f.reconnected {
+		c.reconnected(f.rank)
+		return
+	}
 	c.recovered = false
 	err := c.dec.Decode(f.payload, &c.batch) // whole payload, before anything is applied
 	r := f.rank
@@ -99,6 +103,22 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 	}
 	p.next = f.seq + 1
 	p.dupFloor = p.next
+}
+
+// reconnected handles rank r's SUB connecting again after it lost its publisher (issue
+// 10 item 15): a restarted engine's cache is empty, so the rank's entries are dropped
+// at once — the worker may already be healthy again, and its first event can come much
+// later — and its next frame is a baseline. (A network blip to the same process loses
+// entries that were still valid: fewer predicted hits, never wrong ones.)
+func (c *consumer) reconnected(r int) {
+	m := c.s.m
+	if p := c.pubs[r]; p == nil || !p.started {
+		return // nothing seen from the old connection
+	}
+	m.m.Restarts.WithLabelValues(c.name()).Inc()
+	m.log.Info("kvindex: KV event publisher reconnected (restarted); dropping its entries", "worker", c.name(), "rank", r)
+	m.ix.ResetRank(c.name(), r)
+	delete(c.pubs, r)
 }
 
 // hasReplay reports whether the worker has a replay endpoint configured.
