@@ -85,9 +85,9 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 		m.ix.ResetRank(c.name(), r)
 		*p = pubState{started: true}
 		if f.seq > 0 && c.hasReplay() {
-			// The new process published before we saw it: those messages are lost unless
-			// its buffer still holds them.
-			c.recover(ctx, r, p, 0, f.seq)
+			// A new publisher, whose first frame seen is a baseline like any other: what
+			// it published before, its buffer may still hold.
+			c.catchUp(ctx, r, p, f.seq)
 		}
 	}
 	if f.seq < p.next {
