@@ -52,6 +52,13 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 		c.reconnected(f.rank)
 		return
 	}
+	if f.restarted {
+		m.m.Restarts.WithLabelValues(c.name()).Inc()
+		m.log.Info("kvindex: worker restarted; dropping its entries", "worker", c.name())
+		m.ix.ResetWorker(c.name())
+		clear(c.pubs) // every rank's next frame is a baseline
+		return
+	}
 	c.recovered = false
 	err := c.dec.Decode(f.payload, &c.batch) // whole payload, before anything is applied
 	r := f.rank

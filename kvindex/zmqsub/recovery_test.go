@@ -353,3 +353,37 @@ func TestRestartDetectedAtReconnect(t *testing.T) {
 		t.Fatalf("mode %v, want exact", m)
 	}
 }
+
+// Issue 10 item 15, bind mode (no reconnect to watch): a restart reported by the
+// scraper (process start time changed) drops the worker's entries at once, and the new
+// engine's first frame is a baseline.
+func TestWorkerRestartedDropsEntries(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.BindEndpoint = "tcp://127.0.0.1:*" })
+	ep := h.mgr.BoundEndpoint(t.Context())
+	p := newPublisher(t, kvtest.Options{Endpoint: ep, Connect: true, Topic: "kv@10.0.0.1:8000@m"})
+	h.addWorkers(&workers.Worker{Name: "a", Address: "10.0.0.1:8000", Models: []string{"m"}, KVEvents: workers.KVEvents{ReplayEndpoint: p.ReplayEndpoint()}})
+	h.connected("a", p)
+	_, _ = p.Publish(storedBatch(0, 2, 1, nil))
+	h.eventually(func() bool { return h.held("a", toks(0, 2)) == 2 }, "blocks not stored")
+	h.ix.Speculate("a", keysOf(toks(50, 1)))
+	h.mgr.WorkerRestarted("a")
+	if h.held("a", toks(0, 2)) != 0 || h.held("a", toks(50, 1)) != 0 {
+		t.Fatal("entries kept after WorkerRestarted returned")
+	}
+	p.Restart()
+	for i := 0; i < 3; i++ { // the new engine's seq 0..2 lost: its first frame seen is 3
+		pl, _ := kvevents.Encode(storedBatch(300+10*i, 1, uint64(30+i), nil))
+		_, _ = p.PublishRaw(pl, false)
+	}
+	_, _ = p.Publish(storedBatch(700, 1, 1, nil))
+	h.eventually(func() bool { return h.held("a", toks(700, 1)) == 1 }, "new engine's first frame not applied")
+	if m := h.ix.Mode("a"); m != kvindex.ModeExact {
+		t.Fatalf("mode %v: the new engine's first frame is a baseline", m)
+	}
+	if h.held("a", toks(300, 1)) != 1 {
+		t.Fatal("catch-up replay of the new engine's earlier frames not applied")
+	}
+	if n := testutil.ToFloat64(h.ms.Restarts.WithLabelValues("a")); n != 1 {
+		t.Fatalf("restarts = %v, want 1", n)
+	}
+}

@@ -26,7 +26,8 @@ type frame struct {
 	topic       string
 	seq         uint64
 	payload     []byte
-	reconnected bool
+	reconnected bool // rank's SUB connected again after losing its publisher
+	restarted   bool // the worker restarted (Manager.WorkerRestarted): every rank
 }
 
 // workerSub is one worker's subscription: receivers (one per rank in connect mode)
