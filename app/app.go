@@ -47,7 +47,8 @@ type App struct {
 	Metrics  *metrics.Set
 	Gatherer prometheus.Gatherer
 
-	ready chan struct{}
+	ready      chan struct{}
+	explainSem chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
 }
 
 // New builds an App from cfg. Nothing listens or runs until Serve/Proxy is called.
@@ -58,7 +59,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ms := metrics.New(reg)
-	a := &App{Config: cfg, Logger: logger, Registry: workers.NewRegistry(), Metrics: ms, Gatherer: reg, ready: make(chan struct{})}
+	a := &App{Config: cfg, Logger: logger, Registry: workers.NewRegistry(), Metrics: ms, Gatherer: reg, ready: make(chan struct{}),
+		explainSem: make(chan struct{}, max(1, cfg.Server.AdminExplainConcurrency))}
 	// KV index and events: the index keyed per model namespace, and the subscriber
 	// manager that follows the registry (workers added/removed start/stop their
 	// subscriptions and release their entries).
@@ -84,7 +86,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	var models []router.Model
 	for _, m := range cfg.Models {
-		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base})
+		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base, MaxModelLen: m.MaxModelLen})
 	}
 	// Tokenization: per-model path chains (local tokenizer, then a worker's /tokenize),
 	// remote calls spread round robin over the model's healthy workers.
@@ -110,7 +112,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
-		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize})
+		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize,
+		MaxPromptTokens: cfg.Router.MaxPromptTokens})
 	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
 		a.Registry.Subscribe(l)
 	}
@@ -244,8 +247,14 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		// Envoy's side-stream connection may send HTTP/2 keepalive pings
 		// (connection_keepalive); grpc-go's default enforcement (5 min) answers frequent
 		// pings with GOAWAY too_many_pings, killing every in-flight ext_proc stream.
-		srv := grpc.NewServer(grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+		gopts, err := a.extProcServerOptions()
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		srv := grpc.NewServer(append(gopts, grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
 		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger}))
 		healthpb.RegisterHealthServer(srv, hs)
 		grpcServers = append(grpcServers, srv)
@@ -262,14 +271,15 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if l.Proxy != nil {
-		srv := &http.Server{Handler: proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
-			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0}), ReadHeaderTimeout: 10 * time.Second}
+		srv := a.httpServer(proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
+			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0, Proxy: a.Config.Proxy,
+			BodyTimeout: a.Config.Server.HTTPBodyTimeout, WriteTimeout: a.Config.Server.HTTPWriteTimeout}), false)
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Proxy) })
 		a.Logger.Info("proxy listening", "addr", l.Proxy.Addr().String())
 	}
 	if l.Admin != nil {
-		srv := &http.Server{Handler: a.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		srv := a.httpServer(a.AdminHandler(), true)
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Admin) })
 		a.Logger.Info("admin listening", "addr", l.Admin.Addr().String())

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -18,8 +19,8 @@ import (
 // parameter is absent: e.g. "/v1/completions". Default: /v1/chat/completions.
 const ExplainPathHeader = "X-Kvroute-Path"
 
-// maxExplainBody bounds an explained request body.
-const maxExplainBody = 16 << 20
+// explainTimeout bounds one /debug/explain call, remote tokenization included.
+const explainTimeout = 10 * time.Second
 
 // ExplainWorker is one candidate in the explain view; durations are in seconds.
 type ExplainWorker struct {
@@ -64,7 +65,20 @@ func (a *App) debugExplain(w http.ResponseWriter, r *http.Request) {
 	if path != "" {
 		api = request.APIForPath(path)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxExplainBody+1))
+	// At most server.admin_explain_concurrency explains at once: each may tokenize
+	// remotely (a worker's POST /tokenize), so an admin client cannot turn the port into
+	// a tokenization flood against the workers.
+	select {
+	case a.explainSem <- struct{}{}:
+		defer func() { <-a.explainSem }()
+	default:
+		explainError(w, http.StatusTooManyRequests, "rate_limit_error", "too many concurrent /debug/explain calls (server.admin_explain_concurrency)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), explainTimeout)
+	defer cancel()
+	maxExplainBody := a.Config.Server.AdminExplainMaxBodyBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(maxExplainBody)+1))
 	if err != nil {
 		explainError(w, http.StatusBadRequest, "invalid_request_error", "cannot read body: "+err.Error())
 		return
@@ -93,7 +107,7 @@ func (a *App) debugExplain(w http.ResponseWriter, r *http.Request) {
 			opt.SLO = time.Duration(ms * float64(time.Millisecond))
 		}
 	}
-	ex, err := a.Router.Explain(r.Context(), req, opt)
+	ex, err := a.Router.Explain(ctx, req, opt)
 	if err != nil {
 		var re *router.Error
 		if errors.As(err, &re) {

@@ -41,6 +41,7 @@ type Config struct {
 	Models    []Model   `mapstructure:"models"`
 	Workers   []Worker  `mapstructure:"workers"`
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
+	Proxy     Proxy     `mapstructure:"proxy"`
 }
 
 // Default returns the configuration with every default set.
@@ -52,6 +53,7 @@ func Default() Config {
 		Index:     defaultIndex(),
 		Scoring:   defaultScoring(),
 		Discovery: defaultDiscovery(),
+		Proxy:     defaultProxy(),
 	}
 }
 
@@ -72,6 +74,8 @@ func (c *Config) Validate() error {
 	add(c.Discovery.validate())
 	add(validateModels(c.Models))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
+	add(c.Proxy.validate())
+	add(validateBodyFitsGRPC(c.Server, c.ExtProc))
 	return errors.Join(errs...)
 }
 

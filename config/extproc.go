@@ -37,6 +37,16 @@ type ExtProc struct {
 	// host selection and do not need it; turn it on only when a route matches on a
 	// header kvroute sets (envoy ext_proc PS DecodingProcessorState::clearRouteCache).
 	ClearRouteCache bool `mapstructure:"clear_route_cache"`
+	// MaxStreams bounds concurrent ext_proc streams across all connections (each open
+	// stream may hold a booking); a stream over the limit fails at once with gRPC
+	// RESOURCE_EXHAUSTED (Envoy then fails open or closed as configured). Also the
+	// HTTP/2 MAX_CONCURRENT_STREAMS of each connection.
+	MaxStreams int `mapstructure:"max_streams"`
+	// MaxMessagesPerSecond bounds the ProcessingRequests one stream may send per second
+	// (token bucket, burst of one second's worth); a stream over it fails with
+	// RESOURCE_EXHAUSTED. 0 = unlimited. A streamed response is one message per body
+	// chunk, so keep it far above a worker's tokens per second.
+	MaxMessagesPerSecond float64 `mapstructure:"max_messages_per_second"`
 }
 
 // BodyModes are the accepted values of extproc.request_body_mode and
@@ -45,7 +55,8 @@ var BodyModes = []string{"NONE", "STREAMED", "BUFFERED", "BUFFERED_PARTIAL", "FU
 
 func defaultExtProc() ExtProc {
 	return ExtProc{DestinationHeader: "x-gateway-destination-endpoint", MetadataNamespace: "envoy.lb",
-		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms", RequestBodyMode: "BUFFERED", ResponseBodyMode: "STREAMED"}
+		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms", RequestBodyMode: "BUFFERED", ResponseBodyMode: "STREAMED",
+		MaxStreams: 10000, MaxMessagesPerSecond: 5000}
 }
 
 // reservedHeaders are hop-by-hop and framing headers (RFC 9110 §7.6.1; Envoy strips or
@@ -91,6 +102,12 @@ func (e ExtProc) validate() error {
 	}
 	if e.MaxBodyBytes < 1024 {
 		return fieldErr("extproc.max_body_bytes", "must be ≥ 1024, got %d", e.MaxBodyBytes)
+	}
+	if e.MaxStreams < 1 {
+		return fieldErr("extproc.max_streams", "must be ≥ 1, got %d", e.MaxStreams)
+	}
+	if e.MaxMessagesPerSecond < 0 {
+		return fieldErr("extproc.max_messages_per_second", "must be ≥ 0 (0 = unlimited), got %g", e.MaxMessagesPerSecond)
 	}
 	return nil
 }

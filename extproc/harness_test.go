@@ -30,7 +30,8 @@ type harness struct {
 	router *router.Router
 	ms     *metrics.Set
 	client extprocv3.ExternalProcessorClient
-	ended  chan error // one value per finished Process call, its return value
+	ended  chan error           // one value per finished Process call, its return value
+	ctxs   chan context.Context // each Process call's stream context, as it starts
 }
 
 type harnessOpt func(*config.ExtProc, *router.Options)
@@ -51,8 +52,13 @@ func newHarness(t testing.TB, opts ...harnessOpt) *harness {
 	r := router.New(ro)
 	ln := bufconn.Listen(1 << 20)
 	ended := make(chan error, 1024)
+	ctxs := make(chan context.Context, 1024)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.StreamInterceptor(
 		func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			select {
+			case ctxs <- ss.Context():
+			default:
+			}
 			err := handler(srv, ss)
 			select {
 			case ended <- err:
@@ -70,7 +76,7 @@ func newHarness(t testing.TB, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); srv.Stop() })
-	h := &harness{reg: reg, router: r, ms: ms, client: extprocv3.NewExternalProcessorClient(conn), ended: ended}
+	h := &harness{reg: reg, router: r, ms: ms, client: extprocv3.NewExternalProcessorClient(conn), ended: ended, ctxs: ctxs}
 	if tt, ok := t.(*testing.T); ok {
 		h.t = tt
 	}

@@ -26,8 +26,15 @@ func parseMode(s string, def mode) mode {
 	return def
 }
 
-// modeLabel is the metrics label of a mode: "full_duplex_streamed", "buffered", …
-func modeLabel(m mode) string { return strings.ToLower(m.String()) }
+// modeLabel is the metrics label of a mode: "full_duplex_streamed", "buffered", …;
+// a value outside the enum (protocol_config is the client's input) is "unknown", so
+// the label set stays bounded.
+func modeLabel(m mode) string {
+	if _, ok := procmodev3.ProcessingMode_BodySendMode_name[int32(m)]; !ok {
+		return "unknown"
+	}
+	return strings.ToLower(m.String())
+}
 
 // duplex reports whether body replies in mode m must carry streamed_response (PS
 // handleStreamedBodyCallback: required in FULL_DUPLEX_STREAMED, and GRPC, which is the

@@ -34,6 +34,7 @@ type Server struct {
 	log      *slog.Logger
 	reqMode  mode // assumed when Envoy sends no protocol_config
 	respMode mode
+	streams  chan struct{} // one slot per open stream (extproc.max_streams)
 }
 
 // New returns a Server.
@@ -50,8 +51,12 @@ func New(opt Options) *Server {
 	if opt.Config.MaxBodyBytes <= 0 {
 		opt.Config.MaxBodyBytes = config.Default().ExtProc.MaxBodyBytes
 	}
+	if opt.Config.MaxStreams <= 0 {
+		opt.Config.MaxStreams = config.Default().ExtProc.MaxStreams
+	}
 	return &Server{opt: opt, m: opt.Metrics.ExtProc, log: opt.Logger,
-		reqMode: parseMode(opt.Config.RequestBodyMode, modeBuffered), respMode: parseMode(opt.Config.ResponseBodyMode, modeStreamed)}
+		reqMode: parseMode(opt.Config.RequestBodyMode, modeBuffered), respMode: parseMode(opt.Config.ResponseBodyMode, modeStreamed),
+		streams: make(chan struct{}, opt.Config.MaxStreams)}
 }
 
 // Process runs one ext_proc stream: one loop, one type switch over the message (in
@@ -59,10 +64,25 @@ func New(opt Options) *Server {
 // (EOF or cancel, the normal ends: reference §5.5), and never panics: a panic is
 // recovered, counted, the ticket aborted, and the stream failed with INTERNAL (Envoy
 // then answers 500, or continues when failure_mode_allow is set).
+//
+// Limits (issue 10 item 8): at most extproc.max_streams streams are open at once (a
+// stream over it fails at once with RESOURCE_EXHAUSTED, before any booking), and one
+// stream may send at most extproc.max_messages_per_second messages (token bucket with a
+// burst of one second's worth); over it the stream fails with RESOURCE_EXHAUSTED and its
+// ticket is aborted.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err error) {
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		s.m.StreamsRefused.WithLabelValues("max_streams").Inc()
+		return status.Errorf(codes.ResourceExhausted, "kvroute: %d ext_proc streams already open (extproc.max_streams)", cap(s.streams))
+	}
 	st := newStream(s, ps.Context(), ps.Send)
+	rate := newBucket(s.opt.Config.MaxMessagesPerSecond)
 	s.m.ActiveStreams.Inc()
 	defer s.m.ActiveStreams.Dec()
+	defer st.recordEnd() // after the panic recovery below has aborted the ticket
 	defer func() {
 		if p := recover(); p != nil {
 			s.m.Panics.Inc()
@@ -78,7 +98,18 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err erro
 			return st.closed(rerr)
 		}
 		t0 := time.Now()
+		if !rate.take(t0) {
+			s.m.StreamsRefused.WithLabelValues("message_rate").Inc()
+			st.finish("message_rate")
+			return status.Errorf(codes.ResourceExhausted, "kvroute: more than %g ext_proc messages per second on one stream (extproc.max_messages_per_second)", s.opt.Config.MaxMessagesPerSecond)
+		}
 		if herr := st.handle(req); herr != nil {
+			if st.ctx.Err() != nil {
+				// Envoy cancelled the stream (client gone) while kvroute was replying:
+				// the send failed because of the cancel, so it is one (issue 11 item 15).
+				st.finish("cancelled")
+				return nil
+			}
 			st.finish("send_error")
 			return herr
 		}
@@ -108,4 +139,29 @@ func (st *stream) closed(err error) error {
 	st.s.log.Debug("ext_proc: recv", "request_id", st.requestID, "err", err)
 	st.finish("recv_error")
 	return err
+}
+
+// bucket is a token bucket of rate tokens per second holding at most rate tokens
+// (rate ≤ 0: unlimited). Owned by one stream's goroutine.
+type bucket struct {
+	rate, tokens float64
+	last         time.Time
+}
+
+func newBucket(rate float64) *bucket { return &bucket{rate: rate, tokens: rate} }
+
+// take spends one token at now; false when none is left.
+func (b *bucket) take(now time.Time) bool {
+	if b.rate <= 0 {
+		return true
+	}
+	if !b.last.IsZero() {
+		b.tokens = min(b.rate, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }

@@ -4,11 +4,27 @@
 // (router.Pick), forwards the request there with net/http/httputil.ReverseProxy,
 // streams the response back without buffering (SSE flushes every write), and watches
 // the body with response.Tracker exactly as the ext_proc path does: first generated
-// token → Ticket.FirstToken, end of body → Ticket.Done with usage, client disconnect
-// or upstream failure → Ticket.Abort. A worker that refuses the connection is marked
+// token → Ticket.FirstToken, end of body (EOF, or the SSE end marker [DONE] /
+// message_stop, so a client that hangs up right after it was served) → Ticket.Complete
+// with usage and outcome, client disconnect or upstream failure → Ticket.AbortWith.
+// Each request is counted once on kvroute_proxy_requests_total{code,outcome}, before a
+// ReverseProxy http.ErrAbortHandler panic is re-raised. A worker that refuses the connection is marked
 // unhealthy (passive health) and the request retried once on another pick. Refusals use
 // router.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
 // same status and error JSON.
+//
+// Hardening (issue 10): only the inference API paths in Options.Proxy.Paths are
+// forwarded (others 404, so worker-admin routes such as POST /reset_prefix_cache stay
+// unreachable); a JSON API body with a non-JSON Content-Type is 415 (a missing one is
+// taken as JSON, as vLLM's FastAPI does); the body buffer grows with the bytes that
+// arrive, never from the declared Content-Length; reading the body has a deadline
+// (Options.BodyTimeout, 408); an oversize body is answered 413 and then drained (up to
+// maxDrainBytes) before the connection closes, so clients that do not send
+// Expect: 100-continue read the 413 instead of a connection reset; every write to the
+// client has a deadline (Options.WriteTimeout); a worker that sends no response headers
+// within Proxy.UpstreamHeaderTimeout, or no body bytes for Proxy.UpstreamIdleTimeout,
+// is cut: the ticket is aborted (reason upstream_timeout), the worker marked unhealthy
+// (passive health) and the client answered 502 (or its stream reset).
 package proxy
 
 import (
@@ -19,6 +35,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -26,6 +43,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/config"
@@ -47,13 +65,27 @@ type Options struct {
 	// retried once elsewhere). Set it when nothing would mark the worker healthy again:
 	// only the /metrics scraper (scoring.scrape.interval > 0) revives workers.
 	NoPassiveHealth bool
+	// Proxy holds the upstream timeouts, the transport's pool size and the forwarded
+	// paths; zero fields take config.Default().Proxy's values.
+	Proxy config.Proxy
+	// BodyTimeout bounds reading one request body (server.http_body_timeout); 0: none.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each write to the client (server.http_write_timeout); 0: none.
+	WriteTimeout time.Duration
 }
+
+// maxDrainBytes bounds how much of an oversize body is read and discarded after the
+// 413, so that the client, still sending, is not answered with a TCP reset (which
+// destroys the 413 in its receive buffer). Past it the connection is closed anyway.
+const maxDrainBytes = 64 << 20
 
 type handler struct {
 	opt Options
 	m   *metrics.ExtProc
 	log *slog.Logger
 	rp  *httputil.ReverseProxy
+	// paths forwarded (Options.Proxy.Paths, trailing "/" trimmed)
+	paths map[string]bool
 }
 
 // New returns the proxy handler.
@@ -67,10 +99,32 @@ func New(opt Options) http.Handler {
 	if opt.Config.MaxBodyBytes <= 0 {
 		opt.Config.MaxBodyBytes = config.Default().ExtProc.MaxBodyBytes
 	}
-	if opt.Transport == nil {
-		opt.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	def := config.Default().Proxy
+	if opt.Proxy.UpstreamHeaderTimeout <= 0 {
+		opt.Proxy.UpstreamHeaderTimeout = def.UpstreamHeaderTimeout
 	}
-	h := &handler{opt: opt, m: opt.Metrics.ExtProc, log: opt.Logger}
+	if opt.Proxy.UpstreamIdleTimeout <= 0 {
+		opt.Proxy.UpstreamIdleTimeout = def.UpstreamIdleTimeout
+	}
+	if opt.Proxy.MaxIdleConnsPerHost <= 0 {
+		opt.Proxy.MaxIdleConnsPerHost = def.MaxIdleConnsPerHost
+	}
+	if len(opt.Proxy.Paths) == 0 {
+		opt.Proxy.Paths = def.Paths
+	}
+	if opt.Transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Keep-alive pool sized for the load: DefaultTransport keeps 2 idle
+		// connections per worker (and 100 in all), so every concurrent request above
+		// that opens and closes a socket (TIME_WAIT pile-up at a few hundred req/s).
+		t.MaxIdleConns = 0 // no total cap: the per-worker cap bounds it
+		t.MaxIdleConnsPerHost = opt.Proxy.MaxIdleConnsPerHost
+		opt.Transport = t
+	}
+	h := &handler{opt: opt, m: opt.Metrics.ExtProc, log: opt.Logger, paths: map[string]bool{}}
+	for _, p := range opt.Proxy.Paths {
+		h.paths[strings.TrimSuffix(p, "/")] = true
+	}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,
@@ -89,40 +143,90 @@ func New(opt Options) http.Handler {
 type flight struct {
 	ticket   *router.Ticket
 	req      *request.Request
-	ended    bool // Done or Abort called
-	mayRetry bool // first attempt: a connect failure may be retried on another worker
-	retry    bool // set by errorHandler: nothing was written, pick again
+	ended    bool             // Complete or Abort called
+	outcome  response.Outcome // what the ticket ended with (router.Ticket.Complete/AbortWith)
+	mayRetry bool             // first attempt: a connect failure may be retried on another worker
+	retry    bool             // set by errorHandler: nothing was written, pick again
+
+	// Upstream watchdog: armed with the header timeout when the attempt starts, re-armed
+	// with the idle timeout by the response headers and every body read. When it fires,
+	// timedOut is set and the attempt's context is cancelled, which fails the pending
+	// RoundTrip or body Read.
+	watchdog *time.Timer
+	timedOut atomic.Bool
+	cancel   context.CancelFunc
+}
+
+// arm (re)starts the watchdog for d.
+func (f *flight) arm(d time.Duration) {
+	if f.watchdog != nil {
+		f.watchdog.Reset(d)
+	}
 }
 
 type flightKey struct{}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
+	api := request.APIForPath(r.URL.Path)
 	var f *flight
 	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
+		// Every request is counted, with its outcome, before a panic is re-raised:
+		// ReverseProxy panics with http.ErrAbortHandler when copying the body fails
+		// (the client hung up), and that request must not vanish from the counters.
+		p := recover()
+		reason := "client_gone"
+		if p != nil && p != http.ErrAbortHandler {
 			h.m.Panics.Inc()
 			h.log.Error("proxy: panic", "panic", p, "stack", string(debug.Stack()))
 			if rec.status == 0 {
-				h.writeError(rec, fmt.Errorf("panic: %v", p))
+				h.writeError(rec, api, fmt.Errorf("panic: %v", p))
 			}
+			reason = "panic"
 		}
-		if f != nil && !f.ended {
-			h.abort(f, "client_gone")
+		o := response.OutcomeRejected // kvroute answered itself, nothing was routed
+		if f != nil {
+			if !f.ended {
+				h.abort(f, reason, response.OutcomeAborted)
+			}
+			o = f.outcome
 		}
-		h.m.ProxyRequests.WithLabelValues(statusClass(rec.status)).Inc()
+		h.m.ProxyRequests.WithLabelValues(statusClass(rec.status), string(o)).Inc()
+		if p == http.ErrAbortHandler {
+			panic(p)
+		}
 	}()
-	body, err := readBody(r, h.opt.Config.MaxBodyBytes)
-	if err != nil {
-		h.writeError(rec, err)
+	if h.opt.WriteTimeout > 0 {
+		rec.rc, rec.writeTimeout = http.NewResponseController(w), h.opt.WriteTimeout
+		defer func() { _ = rec.rc.SetWriteDeadline(time.Time{}) }() // the next request on this connection starts fresh
+	}
+	if !h.paths[strings.TrimSuffix(r.URL.Path, "/")] {
+		h.writeError(rec, api, &request.Error{Status: http.StatusNotFound, Type: "NotFoundError",
+			Message: "kvroute proxy: this path is not forwarded (proxy.paths)"})
 		return
 	}
-	req, err := request.Parse(request.APIForPath(r.URL.Path), body)
+	if api != request.APIOther && !jsonContentType(r.Header.Get("Content-Type")) {
+		h.writeError(rec, api, &request.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error",
+			Message: "Content-Type must be application/json"})
+		return
+	}
+	limit := h.opt.Config.MaxBodyBytes
+	if r.ContentLength > int64(limit) {
+		h.refuseOversize(rec, r, limit)
+		return
+	}
+	body, err := h.readBodyWithDeadline(rec, r, limit)
 	if err != nil {
-		h.writeError(rec, err)
+		if qe, ok := request.AsError(err); ok && qe.Status == http.StatusRequestEntityTooLarge {
+			h.refuseOversize(rec, r, limit)
+			return
+		}
+		h.writeError(rec, api, err)
+		return
+	}
+	req, err := request.Parse(api, body)
+	if err != nil {
+		h.writeError(rec, api, err)
 		return
 	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
@@ -132,15 +236,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for attempt := 0; attempt < 2; attempt++ {
 		t, err := h.opt.Router.Pick(r.Context(), req, po)
 		if err != nil {
-			h.writeError(rec, err)
+			h.writeError(rec, api, err)
 			return
 		}
 		f = &flight{ticket: t, req: req, mayRetry: attempt == 0}
-		out := r.WithContext(context.WithValue(r.Context(), flightKey{}, f))
-		out.Body = io.NopCloser(bytes.NewReader(body))
-		out.ContentLength = int64(len(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		h.rp.ServeHTTP(rec, out)
+		h.attempt(rec, r, f, body)
 		if !f.retry {
 			return
 		}
@@ -148,18 +248,96 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readBody reads at most limit bytes; a longer body is a 413.
+// attempt forwards the request to f's worker once, under the upstream watchdog.
+func (h *handler) attempt(rec *statusRecorder, r *http.Request, f *flight, body []byte) {
+	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), flightKey{}, f))
+	f.cancel = cancel
+	f.watchdog = time.AfterFunc(h.opt.Proxy.UpstreamHeaderTimeout, func() { f.timedOut.Store(true); cancel() })
+	defer func() { f.watchdog.Stop(); cancel() }() // also when the ReverseProxy panics with ErrAbortHandler
+	out := r.WithContext(ctx)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	h.rp.ServeHTTP(rec, out)
+}
+
+// jsonContentType accepts application/json with any parameters (charset=utf-8), and
+// a missing Content-Type, which vLLM's FastAPI also reads as JSON.
+func jsonContentType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// readBodyWithDeadline reads the body under the connection read deadline
+// Options.BodyTimeout (a trickled body is a 408), then clears the deadline: the
+// server's background read, which detects a client that goes away during a long
+// response, must not hit it.
+func (h *handler) readBodyWithDeadline(w http.ResponseWriter, r *http.Request, limit int) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	deadline := h.opt.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.opt.BodyTimeout)) == nil
+	body, err := readBody(r, limit)
+	if err == nil && deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	// On failure the deadline stays: net/http's post-handler drain of the unread body
+	// must not block on a client that stopped sending.
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+		w.Header().Set("Connection", "close")
+		return nil, &request.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
+			Message: fmt.Sprintf("request body not received within %s (server.http_body_timeout)", h.opt.BodyTimeout)}
+	}
+	return body, err
+}
+
+// refuseOversize answers 413 and closes the connection. The reply goes out first; then
+// the rest of the body the client is still sending is read and discarded (up to
+// maxDrainBytes, under the body deadline), so that closing the socket does not send a
+// TCP reset that would destroy the 413 before a client without Expect: 100-continue
+// reads it (net/http closes, unread data pending, after a large unread body).
+func (h *handler) refuseOversize(w http.ResponseWriter, r *http.Request, limit int) {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex() // HTTP/1: keep reading the body after the reply started
+	w.Header().Set("Connection", "close")
+	h.writeError(w, request.APIForPath(r.URL.Path), request.TooLarge(limit))
+	if rc.Flush() != nil {
+		return
+	}
+	if h.opt.BodyTimeout > 0 {
+		_ = rc.SetReadDeadline(time.Now().Add(h.opt.BodyTimeout))
+	}
+	_, _ = io.CopyN(io.Discard, r.Body, maxDrainBytes)
+}
+
+// bodyError wraps a body read failure; it keeps the cause for errors.As (timeouts).
+type bodyError struct {
+	reply *request.Error
+	cause error
+}
+
+func (e *bodyError) Error() string   { return e.reply.Error() }
+func (e *bodyError) Unwrap() []error { return []error{e.reply, e.cause} }
+
+// maxBodyPrealloc caps the buffer reserved before any body byte arrived (bytes): the
+// buffer grows with the bytes actually received, so a declared Content-Length (up to
+// max_body_bytes) costs nothing until the body comes (issue 10 item 2).
+const maxBodyPrealloc = 32 << 10
+
+// readBody reads at most limit bytes; a longer body is a 413 (request.TooLarge).
 func readBody(r *http.Request, limit int) ([]byte, error) {
 	if r.ContentLength > int64(limit) {
 		return nil, request.TooLarge(limit)
 	}
-	n := 0
-	if r.ContentLength > 0 {
+	n := maxBodyPrealloc
+	if r.ContentLength >= 0 && r.ContentLength < int64(n) {
 		n = int(r.ContentLength)
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, n+1))
 	if _, err := buf.ReadFrom(io.LimitReader(r.Body, int64(limit)+1)); err != nil {
-		return nil, &request.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "reading the request body: " + err.Error()}
+		return nil, &bodyError{reply: &request.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "reading the request body: " + err.Error()}, cause: err}
 	}
 	if buf.Len() > limit {
 		return nil, request.TooLarge(limit)
@@ -191,8 +369,10 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 
 func (h *handler) modifyResponse(resp *http.Response) error {
 	f := resp.Request.Context().Value(flightKey{}).(*flight)
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || f.req.Stream
-	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context()}
+	f.arm(h.opt.Proxy.UpstreamIdleTimeout) // headers arrived: from now on, silence is bounded
+	sse := response.StreamBody(resp.Header.Get("Content-Type"), f.req.Stream)
+	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context(),
+		inference: f.req.API != request.APIOther}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {
 		resp.Header.Set(wh, f.ticket.Worker)
 	}
@@ -214,16 +394,21 @@ func (h *handler) modifyResponse(resp *http.Response) error {
 // worker may have started on the request.
 func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	f, _ := r.Context().Value(flightKey{}).(*flight)
+	if f != nil && f.timedOut.Load() {
+		h.upstreamTimeout(f, "response headers", h.opt.Proxy.UpstreamHeaderTimeout)
+		h.writeError(w, f.req.API, fmt.Errorf("%w: no response headers within %s", router.ErrUpstream, h.opt.Proxy.UpstreamHeaderTimeout))
+		return
+	}
 	if r.Context().Err() != nil {
 		if f != nil {
-			h.abort(f, "client_gone")
+			h.abort(f, "client_gone", response.OutcomeAborted)
 		}
 		return
 	}
 	h.m.ProxyUpstreamErrors.Inc()
 	worker, addr := "", ""
 	if f != nil {
-		h.abort(f, "upstream_error")
+		h.abort(f, "upstream_error", response.OutcomeUpstreamError)
 		worker, addr = f.ticket.Worker, f.ticket.Address
 	}
 	if f != nil && isDialError(err) {
@@ -239,7 +424,7 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	} else {
 		h.log.Warn("proxy: upstream error", "worker", worker, "address", addr, "err", err)
 	}
-	h.writeError(w, fmt.Errorf("%w: %v", router.ErrUpstream, err))
+	h.writeError(w, request.APIForPath(r.URL.Path), fmt.Errorf("%w: %v", router.ErrUpstream, err))
 }
 
 // isDialError reports whether err is a failure to open the connection (net.Dialer via
@@ -249,18 +434,36 @@ func isDialError(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
-func (h *handler) abort(f *flight, reason string) {
+// upstreamTimeout ends a ticket whose worker went silent (proxy.upstream_header_timeout
+// or proxy.upstream_idle_timeout): an upstream error, and the worker is marked
+// unhealthy through the passive-health path (unless passive health is off) until its
+// next successful /metrics scrape.
+func (h *handler) upstreamTimeout(f *flight, what string, d time.Duration) {
+	if f.ended {
+		return
+	}
+	h.m.ProxyUpstreamErrors.Inc()
+	h.abort(f, "upstream_timeout", response.OutcomeUpstreamError)
+	if !h.opt.NoPassiveHealth {
+		h.opt.Router.Registry().SetHealthy(f.ticket.Worker, false)
+	}
+	h.log.Warn("proxy: worker silent, request cut (marked unhealthy until its next successful scrape unless passive health is off)",
+		"worker", f.ticket.Worker, "address", f.ticket.Address, "waiting_for", what, "timeout", d)
+}
+
+// abort ends f's ticket with outcome o, counting reason on kvroute_extproc_aborts_total.
+func (h *handler) abort(f *flight, reason string, o response.Outcome) {
 	if f.ended {
 		return
 	}
 	f.ended = true
-	f.ticket.Abort()
+	f.outcome = f.ticket.AbortWith(o)
 	h.m.Aborts.WithLabelValues(reason).Inc()
 }
 
 // writeError answers a refusal through the one shared mapping (router.ErrorReply).
-func (h *handler) writeError(w http.ResponseWriter, err error) {
-	rep := router.ErrorReply(err)
+func (h *handler) writeError(w http.ResponseWriter, api request.API, err error) {
+	rep := router.ErrorReply(api, err)
 	h.m.ImmediateResponses.WithLabelValues(strconv.Itoa(rep.Status)).Inc()
 	for _, kv := range rep.Header {
 		w.Header().Set(kv[0], kv[1])
@@ -272,31 +475,41 @@ func (h *handler) writeError(w http.ResponseWriter, err error) {
 
 // trackedBody feeds the response body to the Tracker as the ReverseProxy copies it.
 type trackedBody struct {
-	rc     io.ReadCloser
-	f      *flight
-	h      *handler
-	tr     *response.Tracker
-	status int
-	ctx    context.Context
+	rc        io.ReadCloser
+	f         *flight
+	h         *handler
+	tr        *response.Tracker
+	status    int
+	inference bool // an inference API: the body decides the outcome (response.Tracker.Result)
+	ctx       context.Context
 }
 
+// Read completes the ticket at the end of the body: EOF, or the SSE end marker
+// ([DONE], Anthropic message_stop) — after it nothing can change the result, and a
+// client that hangs up right after it (the connection closes before the worker's
+// EOF is read) was served, not gone.
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.f.arm(b.h.opt.Proxy.UpstreamIdleTimeout)
+	}
 	if n > 0 && !b.f.ended && b.tr.Write(p[:n]) {
 		b.f.ticket.FirstToken(time.Time{})
 	}
 	switch {
-	case err == io.EOF:
+	case err != nil && err != io.EOF && b.f.timedOut.Load():
+		b.h.upstreamTimeout(b.f, "response body", b.h.opt.Proxy.UpstreamIdleTimeout)
+	case err == io.EOF || (!b.f.ended && b.tr.Ended()):
 		if !b.f.ended {
 			b.f.ended = true
-			b.f.ticket.Done(b.status, b.tr.Finish(), time.Time{})
+			b.f.outcome = b.f.ticket.Complete(b.tr.Result(b.status, b.inference), time.Time{})
 		}
 	case err != nil:
-		reason := "upstream_error"
+		reason, o := "upstream_error", response.OutcomeUpstreamError
 		if b.ctx.Err() != nil || errors.Is(err, context.Canceled) {
-			reason = "client_gone"
+			reason, o = "client_gone", response.OutcomeAborted
 		}
-		b.h.abort(b.f, reason)
+		b.h.abort(b.f, reason, o)
 	}
 	return n, err
 }
@@ -305,7 +518,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 // (client gone, write error) is an abort.
 func (b *trackedBody) Close() error {
 	err := b.rc.Close()
-	b.h.abort(b.f, "client_gone")
+	b.h.abort(b.f, "client_gone", response.OutcomeAborted)
 	return err
 }
 
@@ -314,6 +527,9 @@ func (b *trackedBody) Close() error {
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	// per-write deadline (Options.WriteTimeout): a client that stops reading is cut
+	rc           *http.ResponseController
+	writeTimeout time.Duration
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -326,6 +542,9 @@ func (s *statusRecorder) WriteHeader(code int) {
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
+	}
+	if s.rc != nil {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
 	}
 	return s.ResponseWriter.Write(b)
 }
