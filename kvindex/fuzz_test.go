@@ -19,6 +19,9 @@ func checkInvariants(t *testing.T, ix *Index) {
 		if w.nEng != eng || w.tierEng != byTier {
 			t.Fatalf("%s: counters nEng %d tiers %v, walk %d %v", name, w.nEng, w.tierEng, eng, byTier)
 		}
+		if w.specLive < 0 || w.specLive > len(w.fifo) {
+			t.Fatalf("%s: %d live speculative entries, %d in the FIFO", name, w.specLive, len(w.fifo))
+		}
 		for _, r := range w.ranks {
 			for _, it := range r.items(0, -1) {
 				if _, ok := ix.peek(it.e.key, w.id); !ok {
@@ -76,7 +79,7 @@ func opsEvent(b []byte) kvevents.Event {
 // FuzzApply applies a sequence of event batches built from data (4 bytes per event; a
 // batch ends after an event whose first byte has bit 6 set) to two workers and two
 // ranks, with speculation, lookups, expiry sweeps, desyncs and the memory cap in
-// between, through ApplyBatch or the wire (Encode → ApplyPayload → decoder). It
+// between, bookings withdrawn, through ApplyBatch or the wire (Encode → ApplyPayload → decoder). It
 // asserts no panic and, after every batch, that the incremental counters agree with
 // the tables (checkInvariants).
 func FuzzApply(f *testing.F) {
@@ -115,8 +118,11 @@ func FuzzApply(f *testing.F) {
 			}
 			evs = nil
 			batch++
-			ix.Speculate("b", ks[:1+batch%len(ks)])
+			bk := ix.Book(w, ks[:1+batch%len(ks)])
 			_ = ix.Lookup(ks, nil)
+			if b[2]&0x20 != 0 {
+				ix.Withdraw(bk) // the request failed: its bookings go (after any clear in between)
+			}
 			switch b[1] >> 6 {
 			case 1:
 				clk.Add(11e9) // past the speculative TTL
