@@ -244,7 +244,8 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	// scoring: poll each worker's vLLM /metrics (load for the predictor, health).
 	if sc := a.Config.Scoring.Scrape; sc.Interval > 0 {
 		scraper := workers.NewScraper(a.Registry, workers.ScrapeOptions{Interval: sc.Interval, Timeout: sc.Timeout,
-			FailuresBeforeUnhealthy: sc.FailuresBeforeUnhealthy, Metrics: a.Metrics.Scoring, Logger: a.Logger})
+			FailuresBeforeUnhealthy: sc.FailuresBeforeUnhealthy, Metrics: a.Metrics.Scoring, Logger: a.Logger,
+			OnRestart: a.KVEvents.WorkerRestarted}) // a restarted worker's stale index goes before it is healthy again
 		goRun(func() error { scraper.Run(ctx); return nil })
 	}
 

@@ -56,6 +56,10 @@ type Load struct {
 	Running   float64   `json:"running"`    // vllm:num_requests_running
 	KVUsage   float64   `json:"kv_usage"`   // vllm:kv_cache_usage_perc, 0..1
 	ScrapedAt time.Time `json:"scraped_at"` // zero if never scraped
+	// ProcessStart is the server process's process_start_time_seconds (Unix seconds;
+	// prometheus_client's process collector, in vLLM's /metrics with one API server);
+	// 0 when not exported. A change means the worker restarted.
+	ProcessStart float64 `json:"process_start,omitempty"`
 }
 
 // Registry is the current set of workers. Safe for concurrent use.
