@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/kvroute/kvroute/app.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=1 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps build test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak
+.PHONY: all deps build test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak loadtest
 
 all: build
 
@@ -56,6 +56,11 @@ demo: build
 # Virtual-time comparison of kvroute and every baseline policy (BENCHMARKS.md).
 bench: build
 	@scripts/bench.sh
+
+# What kvroute adds to TTFT (proxy and serve + Envoy stand-in) against instant echo
+# workers, concurrency × body size sweep (scripts/loadtest.sh; not in CI; BENCHMARKS.md).
+loadtest: build tokenizers
+	@scripts/loadtest.sh
 
 clean:
 	rm -rf $(BIN) .cache

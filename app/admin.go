@@ -13,7 +13,7 @@ import (
 //	GET /healthz         liveness: 200 while the process runs
 //	GET /readyz          readiness: 200 once servers run and at least one worker is healthy
 //	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
-//	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one)
+//	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one; ?limit=N≤1000&cursor=NAME: a page)
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 func (a *App) AdminHandler() http.Handler {

@@ -73,7 +73,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		Metrics: ms.Index, Logger: logger})
 	kvev, err := zmqsub.New(zmqsub.Options{Index: a.Index, Metrics: ms.Index, Logger: logger, QueueSize: cfg.Index.QueueSize,
 		ReplayTimeout: cfg.Index.ReplayTimeout, ReconnectMin: cfg.Index.ReconnectMin, ReconnectMax: cfg.Index.ReconnectMax,
-		BindEndpoint: cfg.Index.BindEndpoint, TopicPattern: cfg.Index.TopicPattern, SweepEvery: cfg.Index.SweepInterval})
+		BindEndpoint: cfg.Index.BindEndpoint, TopicPattern: cfg.Index.TopicPattern, SweepEvery: cfg.Index.SweepInterval,
+		MaxMessageBytes: cfg.Index.MaxMessageBytes, ReplayBackoffMin: cfg.Index.ReplayBackoffMin, ReplayBackoffMax: cfg.Index.ReplayBackoffMax})
 	if err != nil {
 		return nil, fmt.Errorf("kv events: %w", err)
 	}
@@ -85,7 +86,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	var models []router.Model
 	for _, m := range cfg.Models {
-		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base})
+		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base, MaxModelLen: m.MaxModelLen})
 	}
 	// Tokenization: per-model path chains (local tokenizer, then a worker's /tokenize),
 	// remote calls spread round robin over the model's healthy workers.
@@ -111,7 +112,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
-		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize})
+		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize,
+		MaxPromptTokens: cfg.Router.MaxPromptTokens})
 	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
 		a.Registry.Subscribe(l)
 	}

@@ -140,7 +140,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 				if out.Generated > 1 {
 					r.ITL = now.Sub(st.first) / time.Duration(out.Generated-1)
 				}
-				st.ticket.Done(200, response.Usage{PromptTokens: r.PromptTokens, CompletionTokens: out.Generated, CachedTokens: out.CachedTokens, Present: true}, now)
+				st.ticket.Done(200, response.Usage{PromptTokens: r.PromptTokens, CompletionTokens: out.Generated, CachedTokens: out.CachedTokens, CachedReported: out.CachedTokens > 0, Present: true}, now)
 				finish(st)
 			}
 		}

@@ -34,6 +34,13 @@ type Index struct {
 	SpecKinds []string `mapstructure:"kv_cache_spec_kinds"`
 	// SweepInterval is how often expired speculative entries are removed.
 	SweepInterval time.Duration `mapstructure:"sweep_interval"`
+	// MaxMessageBytes caps each KV event message part (ZMQ_MAXMSGSIZE on every socket):
+	// a peer sending more is disconnected before the message is read.
+	MaxMessageBytes int64 `mapstructure:"max_message_bytes"`
+	// ReplayBackoffMin and ReplayBackoffMax bound the per-worker backoff after a replay
+	// request that got no answer; gaps inside it are not replayed.
+	ReplayBackoffMin time.Duration `mapstructure:"replay_backoff_min"`
+	ReplayBackoffMax time.Duration `mapstructure:"replay_backoff_max"`
 }
 
 func defaultIndex() Index {
@@ -47,6 +54,11 @@ func defaultIndex() Index {
 		TopicPattern:   "kv@{addr}@{model}",
 		SpecKinds:      []string{"full_attention"},
 		SweepInterval:  time.Second,
+		// the largest legitimate batch (a 1M-token context stored in one step) is ~6 MB;
+		// see zmqsub.DefaultMaxMessageBytes
+		MaxMessageBytes:  32 << 20,
+		ReplayBackoffMin: time.Second,
+		ReplayBackoffMax: time.Minute,
 	}
 }
 
@@ -70,6 +82,12 @@ func (i Index) validate() error {
 		return fieldErr("index.bind_endpoint", "must be a tcp:// or ipc:// ZMQ endpoint, got %q", i.BindEndpoint)
 	case i.SweepInterval <= 0:
 		return fieldErr("index.sweep_interval", "must be > 0, got %s", i.SweepInterval)
+	case i.MaxMessageBytes < 4096:
+		return fieldErr("index.max_message_bytes", "must be ≥ 4096 bytes, got %d", i.MaxMessageBytes)
+	case i.ReplayBackoffMin <= 0:
+		return fieldErr("index.replay_backoff_min", "must be > 0, got %s", i.ReplayBackoffMin)
+	case i.ReplayBackoffMax < i.ReplayBackoffMin:
+		return fieldErr("index.replay_backoff_max", "must be ≥ index.replay_backoff_min (%s), got %s", i.ReplayBackoffMin, i.ReplayBackoffMax)
 	}
 	return nil
 }

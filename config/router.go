@@ -6,10 +6,13 @@ import "time"
 type Router struct {
 	TicketTTL        time.Duration `mapstructure:"ticket_ttl"`         // release in-flight bookings older than this (lost responses)
 	DefaultBlockSize int           `mapstructure:"default_block_size"` // KV block size in tokens for models without one
+	// MaxPromptTokens caps the prompt tokens hashed, looked up and booked per request for
+	// models without models[].max_model_len (tokens).
+	MaxPromptTokens int `mapstructure:"max_prompt_tokens"`
 }
 
 func defaultRouter() Router {
-	return Router{TicketTTL: 10 * time.Minute, DefaultBlockSize: 16}
+	return Router{TicketTTL: 10 * time.Minute, DefaultBlockSize: 16, MaxPromptTokens: 131072}
 }
 
 func (r Router) validate() error {
@@ -18,6 +21,9 @@ func (r Router) validate() error {
 	}
 	if r.DefaultBlockSize <= 0 || r.DefaultBlockSize > 4096 {
 		return fieldErr("router.default_block_size", "must be in 1..4096 tokens, got %d", r.DefaultBlockSize)
+	}
+	if r.MaxPromptTokens < 16 {
+		return fieldErr("router.max_prompt_tokens", "must be ≥ 16 tokens, got %d", r.MaxPromptTokens)
 	}
 	return nil
 }

@@ -14,6 +14,9 @@ type Model struct {
 	BlockSize int    `mapstructure:"block_size"` // KV block size in tokens; 0 = router.default_block_size
 	// Base names the base model when Name is a LoRA adapter ("" otherwise).
 	Base string `mapstructure:"base"`
+	// MaxModelLen is the model's context length in tokens (vLLM --max-model-len); 0
+	// unknown. It caps the prompt tokens routing considers (else router.max_prompt_tokens).
+	MaxModelLen int `mapstructure:"max_model_len"`
 
 	// Tokenizer is the model's tokenizer directory: a Hugging Face layout directory
 	// (tokenizer.json, tokenizer_config.json, optional chat_template.jinja) or a hub
@@ -68,6 +71,9 @@ func validateModels(ms []Model) error {
 		seen[m.Name] = true
 		if m.BlockSize < 0 || m.BlockSize > 4096 {
 			return fieldErr(key+".block_size", "must be in 0..4096 tokens, got %d", m.BlockSize)
+		}
+		if m.MaxModelLen < 0 {
+			return fieldErr(key+".max_model_len", "must be ≥ 0 tokens, got %d", m.MaxModelLen)
 		}
 		if err := validateTokenizePaths(key, m); err != nil {
 			return err

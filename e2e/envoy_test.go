@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/response"
 )
 
 // Every request body mode Envoy may be configured with, streamed chat answer: the
@@ -326,6 +327,7 @@ func TestTicketExpiry(t *testing.T) {
 	if got := testutil.ToFloat64(f.app.Metrics.Router.TicketsReleased.WithLabelValues("expired")); got != 1 {
 		t.Fatalf("expired = %v", got)
 	}
+	f.waitOutcome(response.OutcomeExpired, 1) // the late completion is counted with the outcome the router recorded
 }
 
 // Response trailers (trailer mode SEND, upstream sends HTTP trailers): the body chunks

@@ -81,6 +81,10 @@ func (w *testWorker) serve(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rw.Header().Set("X-Served-By", w.name)
+	if sc, ok := scripts[r.Header.Get("X-Test-Script")]; ok {
+		sc.serve(rw, r)
+		return
+	}
 	if st := int(w.status.Load()); st != 0 {
 		rw.Header().Set("Content-Type", "application/json")
 		rw.WriteHeader(st)
@@ -103,7 +107,7 @@ func (w *testWorker) serve(rw http.ResponseWriter, r *http.Request) {
 	if !req.Stream {
 		rw.Header().Set("Content-Type", "application/json")
 		if anthropic {
-			fmt.Fprint(rw, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hello world"}],"usage":{"input_tokens":9,"output_tokens":2}}`)
+			fmt.Fprint(rw, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hello world"}],"stop_reason":"end_turn","usage":{"input_tokens":9,"output_tokens":2}}`)
 		} else {
 			fmt.Fprint(rw, `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hello world"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,"prompt_tokens_details":{"cached_tokens":0}}}`)
 		}
@@ -128,7 +132,7 @@ func (w *testWorker) serve(rw http.ResponseWriter, r *http.Request) {
 		events = []string{
 			"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
 			"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"text\":\"Hello\"}]}\n\n",
-			"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"},\"text\":\" world\"}]}\n\n",
+			"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"},\"text\":\" world\",\"finish_reason\":\"stop\"}]}\n\n",
 			"data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}\n\n",
 			"data: [DONE]\n\n",
 		}
@@ -148,5 +152,60 @@ func (w *testWorker) serve(rw http.ResponseWriter, r *http.Request) {
 	}
 	if w.trailer {
 		rw.Header().Set("X-Finish", "stop")
+	}
+}
+
+// script is a scripted worker answer, chosen by the request header X-Test-Script (a
+// key of scripts): the status, content type and body events a vLLM worker sends in
+// the case the name says.
+type script struct {
+	status int
+	sse    bool
+	events []string
+	// hold: after the last event, keep the response open until the client's side
+	// goes away (the connection is closed by the client, not by the worker).
+	hold bool
+	// holdAfter > 0: hold after this many events instead of finishing.
+	holdAfter int
+}
+
+const (
+	sseHello  = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n"
+	sseFinish = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"},\"finish_reason\":\"stop\"}]}\n\n"
+	sseUsage  = "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n"
+	sseDone   = "data: [DONE]\n\n"
+)
+
+var scripts = map[string]script{
+	"client_error":   {status: 400, events: []string{`{"error":{"message":"chat template refused","type":"BadRequestError","param":null,"code":400}}`}},
+	"upstream_error": {status: 500, events: []string{`{"error":{"message":"engine dead","type":"InternalServerError","param":null,"code":500}}`}},
+	"only_done":      {status: 200, sse: true, events: []string{sseDone}},
+	"error_event": {status: 200, sse: true, events: []string{sseHello,
+		"data: {\"error\":{\"message\":\"engine dead\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n\n", sseDone}},
+	"json_error":      {status: 200, events: []string{`{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}`}},
+	"truncated":       {status: 200, sse: true, events: []string{sseHello}},
+	"hang_up_on_done": {status: 200, sse: true, events: []string{sseHello, sseFinish, sseUsage, sseDone}, hold: true},
+	"hang_mid_stream": {status: 200, sse: true, events: []string{sseHello, sseFinish, sseUsage, sseDone}, holdAfter: 1},
+}
+
+func (sc script) serve(rw http.ResponseWriter, r *http.Request) {
+	if sc.sse {
+		rw.Header().Set("Content-Type", "text/event-stream")
+	} else {
+		rw.Header().Set("Content-Type", "application/json")
+	}
+	rw.WriteHeader(sc.status)
+	fl := http.NewResponseController(rw)
+	for i, ev := range sc.events {
+		if sc.holdAfter > 0 && i == sc.holdAfter {
+			break
+		}
+		if _, err := io.WriteString(rw, ev); err != nil {
+			return
+		}
+		_ = fl.Flush()
+	}
+	if sc.hold || sc.holdAfter > 0 {
+		<-r.Context().Done()
 	}
 }

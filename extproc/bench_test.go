@@ -40,9 +40,9 @@ func chatOfSize(n int) string {
 // headers, a streamed SSE answer (first token, usage, end_of_stream → Done), over a
 // real gRPC connection on an in-memory listener. Client-side (stand-in) marshalling
 // is included, network latency is not. Sizes: 4 KB (a short chat), 64 KB, 220 KB (a
-// long agent context, ~55k tokens).
+// long agent context, ~55k tokens), 1 MB (~250k tokens).
 func BenchmarkExtProcOverhead(b *testing.B) {
-	for _, size := range []int{4 << 10, 64 << 10, 220 << 10} {
+	for _, size := range []int{4 << 10, 64 << 10, 220 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("body=%dKB", size>>10), func(b *testing.B) {
 			h := newHarness(b)
 			body := chatOfSize(size)

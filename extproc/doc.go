@@ -81,7 +81,8 @@
 // A body longer than extproc.max_body_bytes (declared by content-length, or
 // accumulated) gets a 413. Every refusal goes through one mapping,
 // router.ErrorReply, into an ImmediateResponse (accepted in every phase, SVC) with
-// content-type application/json and an OpenAI-style error body: request errors 400
+// content-type application/json and the error body in the request's API shape
+// (OpenAI's, or Anthropic's on /v1/messages): request errors 400
 // (413), unknown model 404, no healthy worker 503, shed 429 with retry-after. After it
 // Envoy stops processing the request and closes the stream (CC onReceiveMessage);
 // later messages get no reply.
@@ -95,7 +96,11 @@
 // encodeHeaders/noExternalProcess), completes the ticket there.
 // response_body: chunks feed response.Tracker (events split across chunks,
 // envoyproxy/envoy#45437); the first generated content calls Ticket.FirstToken;
-// end_of_stream calls Ticket.Done with the usage seen. Replies are CONTINUE, or in
+// end_of_stream, or the SSE end marker (data: [DONE], Anthropic message_stop) when it
+// comes first, calls Ticket.Complete with the usage and the outcome the status and body
+// show (response.Outcome), counted once on kvroute_extproc_requests_total{outcome}
+// (aborts and expiries included; kvroute's own refusals as "rejected"). A client that
+// hangs up right after [DONE] was served. Replies are CONTINUE, or in
 // FULL_DUPLEX_STREAMED streamed_response echoes of each chunk.
 // response_trailers: completion for responses that end with trailers (gRPC upstreams;
 // GIE PR #2510, envoyproxy/envoy#37088).

@@ -10,6 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -93,10 +94,11 @@ func (st *stream) responseMutation() *extprocv3.HeaderMutation {
 
 // immediate turns any error of the request's journey into Envoy's local reply, through
 // the one mapping both fronts share (router.ErrorReply): status, content-type
-// application/json (+ retry-after on 429), the OpenAI error JSON, and details. Envoy
+// application/json (+ retry-after on 429), the error JSON in the request's API shape
+// (OpenAI's, or Anthropic's on /v1/messages), and details. Envoy
 // then stops processing and closes the stream (CC onReceiveMessage; SVC ImmediateResponse).
 func (st *stream) immediate(err error) error {
-	r := router.ErrorReply(err)
+	r := router.ErrorReply(st.api, err)
 	st.s.m.ImmediateResponses.WithLabelValues(strconv.Itoa(r.Status)).Inc()
 	st.s.log.Debug("ext_proc: immediate response", "request_id", st.requestID, "status", r.Status, "err", err)
 	hm := &extprocv3.HeaderMutation{}
@@ -106,6 +108,7 @@ func (st *stream) immediate(err error) error {
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.Status)}, Headers: hm, Body: r.Body, Details: r.Details}}}
 	err = st.reply(resp)
+	st.record(response.OutcomeRejected)
 	st.failed = true
 	st.awaitingBody, st.holdHeaders, st.body = false, false, nil
 	return err

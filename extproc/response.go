@@ -2,10 +2,10 @@ package extproc
 
 import (
 	"strconv"
-	"strings"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 )
 
@@ -18,29 +18,31 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	if st.ticket == nil || st.completed {
 		return st.reply(headersReply(false, nil))
 	}
-	sse := false
+	ct := ""
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":status":
 			st.status, _ = strconv.Atoi(headerValue(hv))
 		case "content-type":
-			sse = strings.HasPrefix(headerValue(hv), "text/event-stream")
+			ct = headerValue(hv)
 		}
 	}
-	st.tracker = response.NewTracker(sse || (st.req != nil && st.req.Stream), 0)
+	st.tracker = response.NewTracker(response.StreamBody(ct, st.req != nil && st.req.Stream), 0)
 	var cr *extprocv3.CommonResponse
 	if mut := st.responseMutation(); mut != nil {
 		cr = &extprocv3.CommonResponse{HeaderMutation: mut}
 	}
 	switch {
 	case h.GetEndOfStream():
-		// No response body (PS no_body_): the response is complete.
-		st.complete(response.Usage{})
+		// No response body (PS no_body_): the response is complete (an inference
+		// response without a body is truncated).
+		st.complete(st.tracker.Result(st.status, st.inference()))
 	case st.respMode == modeNone:
 		// No response body is sent to us and Envoy closes the stream after this reply
 		// (CC encodeHeaders → noExternalProcess, closeGrpcStreamIfLastRespReceived):
-		// this is the last moment kvroute sees the request; count it complete.
-		st.complete(response.Usage{})
+		// this is the last moment kvroute sees the request; count it complete, on
+		// its status alone.
+		st.complete(response.Result{Status: st.status, Outcome: response.StatusOutcome(st.status)})
 	}
 	return st.reply(headersReply(false, cr))
 }
@@ -53,8 +55,11 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		if st.tracker.Write(b.GetBody()) {
 			st.ticket.FirstToken(zeroTime)
 		}
-		if b.GetEndOfStream() {
-			st.complete(st.tracker.Finish())
+		// The SSE end marker ([DONE], message_stop) completes the request: a client
+		// that hangs up right after it makes Envoy reset the stream before the last
+		// body message, and the request was still served.
+		if b.GetEndOfStream() || st.tracker.Ended() {
+			st.complete(st.tracker.Result(st.status, st.inference()))
 		}
 	}
 	if duplex(st.respMode) {
@@ -71,19 +76,23 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 // the last body chunk has end_of_stream=false; GIE PR #2510, envoyproxy/envoy#37088).
 func (st *stream) responseTrailers() error {
 	if st.ticket != nil && !st.completed {
-		u := response.Usage{}
 		if st.tracker != nil {
-			u = st.tracker.Finish()
+			st.complete(st.tracker.Result(st.status, st.inference()))
+		} else {
+			st.complete(response.Result{Status: st.status, Outcome: response.StatusOutcome(st.status)})
 		}
-		st.complete(u)
 	}
 	return st.reply(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
 }
 
-func (st *stream) complete(u response.Usage) {
+func (st *stream) complete(res response.Result) {
 	st.completed = true
-	st.ticket.Done(st.status, u, zeroTime)
+	st.record(st.ticket.Complete(res, zeroTime))
 }
+
+// inference reports whether the request's path is an inference API (its 2xx body
+// must end with a finish reason to be ok).
+func (st *stream) inference() bool { return st.api != request.APIOther }
 
 // finish ends the stream's ticket: a ticket not completed by now is aborted, with the
 // reason counted. Safe to call more than once.
@@ -92,6 +101,24 @@ func (st *stream) finish(reason string) {
 		return
 	}
 	st.completed = true
-	st.ticket.Abort()
+	st.record(st.ticket.AbortWith(response.OutcomeAborted))
 	st.s.m.Aborts.WithLabelValues(reason).Inc()
+}
+
+// record counts the request once, with outcome o, on kvroute_extproc_requests_total.
+func (st *stream) record(o response.Outcome) {
+	if st.counted {
+		return
+	}
+	st.counted = true
+	st.s.m.Requests.WithLabelValues(string(o)).Inc()
+}
+
+// recordEnd counts, when the stream ends, a request that has not been counted: one
+// that ended before kvroute picked a worker (aborted). Observability-mode streams and
+// streams without request headers are not requests kvroute served.
+func (st *stream) recordEnd() {
+	if st.sawHeaders && !st.observability {
+		st.record(response.OutcomeAborted)
+	}
 }

@@ -82,6 +82,7 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err erro
 	rate := newBucket(s.opt.Config.MaxMessagesPerSecond)
 	s.m.ActiveStreams.Inc()
 	defer s.m.ActiveStreams.Dec()
+	defer st.recordEnd() // after the panic recovery below has aborted the ticket
 	defer func() {
 		if p := recover(); p != nil {
 			s.m.Panics.Inc()

@@ -66,6 +66,7 @@ type stream struct {
 	tracker    *response.Tracker
 	completed  bool // ticket.Done was called
 	rspEOSSent bool
+	counted    bool // the request was counted on Requests (record)
 }
 
 func newStream(s *Server, ctx context.Context, send func(*extprocv3.ProcessingResponse) error) *stream {
@@ -358,7 +359,11 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 // alone, or a BUFFERED_PARTIAL cut) gives a load-only request for the sniffed model.
 func (st *stream) parse(body []byte, complete bool) (*request.Request, error) {
 	if !complete {
-		return &request.Request{API: request.APIOther, Model: request.SniffModel(body)}, nil
+		// A BUFFERED_PARTIAL cut: the rest of the body will pass without us, so the
+		// last "model" before the cut is the best knowledge (a repeated key last-wins
+		// as in a full parse; a cut "model" member gives no model).
+		model, _ := request.SniffModel(body)
+		return &request.Request{API: request.APIOther, Model: model}, nil
 	}
 	if len(body) > 0 {
 		st.s.m.RequestBodySize.Observe(float64(len(body)))

@@ -15,7 +15,9 @@ var ErrUnknownWorker = errors.New("kvindex: unknown worker")
 // ApplyPayload decodes one msgpack event batch exactly as it arrives on the wire (the
 // third ZMQ frame) and applies it to worker's data-parallel rank dpRank, in order, with
 // no sequence tracking (in-process simulators call it directly). A payload that does
-// not decode is counted and dropped whole; the error wraps kvevents.ErrMalformed.
+// not decode is counted and dropped whole; the error wraps kvevents.ErrMalformed. A
+// decoded event whose fields disagree (kvevents.Event.Err) is counted as the anomaly
+// bad_event and skipped; the rest of its batch is applied.
 // An unknown worker is added with events expected and the default namespace ("" model).
 func (ix *Index) ApplyPayload(worker string, dpRank int, payload []byte) error {
 	var b kvevents.Batch
@@ -42,9 +44,10 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 		return fmt.Errorf("%w: %s", ErrUnknownWorker, name)
 	}
 	r := w.rank(dpRank)
-	var stored, removed int
+	var stored, removed, bad int
 	var byType [5]int // by kvevents.Type, then skipped
-	var cs counts     // index-wide counter changes, applied once (flushed before clears)
+	byType[kvevents.TypeUnknown] = b.Unknown
+	var cs counts // index-wide counter changes, applied once (flushed before clears)
 	for i := range b.Events {
 		e := &b.Events[i]
 		switch e.Type {
@@ -55,10 +58,18 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 				continue
 			}
 			w.groups[e.GroupIdx] = true
+			if e.Err != nil { // after the kind filter: a skipped group's event is never "bad"
+				bad++
+				continue
+			}
 			stored += ix.storedLocked(w, r, e, now, &cs)
 		case kvevents.TypeBlockRemoved:
 			if ok, known := w.groups[e.GroupIdx]; known && !ok {
 				byType[4]++
+				continue
+			}
+			if e.Err != nil {
+				bad++
 				continue
 			}
 			t := ParseTier(e.Medium)
@@ -72,6 +83,9 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 		case kvevents.TypeAllBlocksCleared:
 			ix.flush(&cs)
 			ix.clearLocked(w, dpRank)
+			// The router's bookings on this worker predicted blocks of the cache that was
+			// just reset: they would count as cached until their TTL (issue 11 item 8).
+			ix.dropSpecLocked(w)
 			if len(w.ranks) <= 1 && w.desyncGen != 0 {
 				w.desyncGen = 0 // the whole cache is known again: empty
 			}
@@ -96,6 +110,9 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	}
 	if removed > 0 {
 		met.removed.Add(float64(removed))
+	}
+	if bad > 0 {
+		ix.m.Anomalies.WithLabelValues(name, "bad_event").Add(float64(bad))
 	}
 	met.batchs.Inc()
 	if b.TS > 0 {
@@ -164,6 +181,9 @@ func (ix *Index) storeLocked(w *worker, r *rank, eh uint64, k Key, t Tier, now u
 	}
 	e.gen = uint8(w.gen)
 	first := e.refs[t] == 0
+	if first {
+		w.tierEng[t]++
+	}
 	e.refs[t] = min(e.refs[t]+1, 15)
 	if i < 0 { // one probe: insert where the lookup stopped (at < 0: from the home slot)
 		r.t.insertAt(eh, e.key, packMeta(e), at, d)
@@ -193,6 +213,7 @@ func (ix *Index) removeLocked(w *worker, r *rank, eh uint64, t Tier, c *counts) 
 	}
 	e.refs[t]--
 	if e.refs[t] == 0 {
+		w.tierEng[t]--
 		ix.unref(e.key, w.id, t, c)
 	}
 	if e.refs == [NumTiers]uint8{} {
@@ -216,6 +237,7 @@ func (ix *Index) releaseLocked(w *worker, r *rank, eh uint64, e engEntry) {
 func (ix *Index) unrefAll(w *worker, e engEntry) {
 	for t := Tier(0); t < NumTiers; t++ {
 		if e.refs[t] > 0 {
+			w.tierEng[t]--
 			ix.unref(e.key, w.id, t, nil)
 		}
 	}

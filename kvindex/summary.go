@@ -18,7 +18,9 @@ type WorkerSummary struct {
 	SkippedGroups []int          `json:"skipped_groups,omitempty"`
 }
 
-// Summary returns worker's debug summary, or false for an unknown worker.
+// Summary returns worker's debug summary, or false for an unknown worker. It holds the
+// worker's lock (which writers and Speculate need) only to copy counters: O(ranks +
+// KV cache groups), never O(entries) — debug views must not stall routing.
 func (ix *Index) Summary(name string) (WorkerSummary, bool) {
 	w := ix.worker(name)
 	if w == nil {
@@ -34,12 +36,10 @@ func (ix *Index) Summary(name string) (WorkerSummary, bool) {
 	}
 	for n, r := range w.ranks {
 		s.Ranks[n] = r.len()
-		for _, it := range r.items(0, -1) {
-			for t := Tier(0); t < NumTiers; t++ {
-				if it.e.refs[t] > 0 {
-					s.ByTier[t.String()]++
-				}
-			}
+	}
+	for t, n := range w.tierEng {
+		if n > 0 {
+			s.ByTier[Tier(t).String()] = n
 		}
 	}
 	for g, ok := range w.groups {

@@ -44,6 +44,9 @@ type worker struct {
 	fifo     []specEntry
 	specLive int // live speculative holders
 	nEng     int // engine entries over all ranks
+	// tierEng[t]: engine entries with a reference in tier t (over all ranks), kept as
+	// references change so that Summary never walks the entries
+	tierEng [NumTiers]int
 
 	batches    uint64 // batches applied since creation or reset
 	gen        uint32 // bumped by Desync
@@ -234,9 +237,13 @@ func (w *worker) noExpiry() bool { return !w.info.Events && w.info.BlockCapacity
 // event confirms them; for a worker without events and a known block capacity they stay
 // until evicted (least recently used first) by that capacity. Keys the worker already
 // holds are marked used (LRU).
-func (ix *Index) Speculate(name string, keys []Key) {
+func (ix *Index) Speculate(name string, keys []Key) { ix.book(name, keys, false) }
+
+// book is Speculate; with track it returns the keys whose speculative holder it created
+// (for Withdraw).
+func (ix *Index) book(name string, keys []Key, track bool) Booking {
 	if ix.opt.SpeculativeTTL <= 0 || len(keys) == 0 {
-		return
+		return Booking{}
 	}
 	w := ix.worker(name)
 	if w == nil {
@@ -244,14 +251,14 @@ func (ix *Index) Speculate(name string, keys []Key) {
 		// index it without events, so its speculative entries live by TTL.
 		ix.SetWorker(WorkerInfo{Name: name})
 		if w = ix.worker(name); w == nil {
-			return
+			return Booking{}
 		}
 	}
 	now := ix.tick()
 	w.mu.Lock()
 	if w.removed {
 		w.mu.Unlock()
-		return
+		return Booking{}
 	}
 	exp := now + uint32(ix.opt.SpeculativeTTL.Milliseconds())
 	flags := uint16(fSpec)
@@ -259,6 +266,7 @@ func (ix *Index) Speculate(name string, keys []Key) {
 		flags |= fNoExp
 		exp = now
 	}
+	b := Booking{worker: w, stamp: exp}
 	created := 0
 	// Tail first: the FIFO evicts from its front, and like vLLM (which frees a request's
 	// blocks tail first) the prefix should outlive its extensions.
@@ -275,6 +283,9 @@ func (ix *Index) Speculate(name string, keys []Key) {
 		})
 		if !existed {
 			created++
+			if track {
+				b.keys = append(b.keys, k)
+			}
 		}
 		if after.spec() {
 			w.fifo = append(w.fifo, specEntry{k, exp})
@@ -285,6 +296,7 @@ func (ix *Index) Speculate(name string, keys []Key) {
 	ix.expireLocked(w, now)
 	w.mu.Unlock()
 	ix.afterWrite()
+	return b
 }
 
 // Store records confirmed blocks for worker in tier as if a BlockStored event had

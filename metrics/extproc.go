@@ -38,9 +38,15 @@ type ExtProc struct {
 	// (reason max_streams or message_rate).
 	StreamsRefused *prometheus.CounterVec // reason
 
+	// Requests counts requests that reached the ext_proc server, once each when it
+	// ends, by outcome (response.Outcome: ok, client_error, upstream_error,
+	// error_event, truncated, aborted, expired, or rejected when kvroute answered
+	// itself). Observability-mode streams are not counted.
+	Requests *prometheus.CounterVec // outcome
 	// ProxyRequests counts requests answered by `kvroute proxy`, by status class
-	// (2xx, 4xx, 5xx, or "error" when no response reached the client).
-	ProxyRequests *prometheus.CounterVec // code
+	// (2xx, 4xx, 5xx, or "error" when no response reached the client) and outcome
+	// (as Requests).
+	ProxyRequests *prometheus.CounterVec // code, outcome
 	// ProxyUpstreamErrors counts upstream failures (connect, reset) of the proxy.
 	ProxyUpstreamErrors prometheus.Counter
 }
@@ -70,8 +76,10 @@ func newExtProc(reg prometheus.Registerer) *ExtProc {
 			Name: "panics_total", Help: "Recovered panics in the ext_proc server or the proxy."})),
 		StreamsRefused: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "streams_refused_total", Help: "ext_proc streams failed with RESOURCE_EXHAUSTED by a limit, by reason (max_streams, message_rate)."}, []string{"reason"})),
+		Requests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "requests_total", Help: "Requests seen by the ext_proc server, by outcome (ok, client_error, upstream_error, error_event, truncated, aborted, expired, rejected)."}, []string{"outcome"})),
 		ProxyRequests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
-			Name: "requests_total", Help: "Requests answered by kvroute proxy, by status class (2xx, 3xx, 4xx, 5xx, error)."}, []string{"code"})),
+			Name: "requests_total", Help: "Requests answered by kvroute proxy, by status class (2xx, 3xx, 4xx, 5xx, error) and outcome (ok, client_error, upstream_error, error_event, truncated, aborted, expired, rejected)."}, []string{"code", "outcome"})),
 		ProxyUpstreamErrors: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
 			Name: "upstream_errors_total", Help: "Upstream failures of kvroute proxy (connect errors, resets)."})),
 	}

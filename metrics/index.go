@@ -10,7 +10,7 @@ type Index struct {
 	Blocks        *prometheus.CounterVec   // worker, op: stored, removed — blocks applied
 	Batches       *prometheus.CounterVec   // worker: batches (ZMQ messages) applied
 	DecodeErrors  *prometheus.CounterVec   // worker: payloads that did not decode (dropped whole)
-	Anomalies     *prometheus.CounterVec   // worker, kind: unknown_parent, unknown_removed, block_size_mismatch
+	Anomalies     *prometheus.CounterVec   // worker, kind: unknown_parent, unknown_removed, block_size_mismatch, bad_event
 	Gaps          *prometheus.CounterVec   // worker: sequence gaps detected
 	Replays       *prometheus.CounterVec   // worker, result: ok, partial, failed
 	Restarts      *prometheus.CounterVec   // worker: publisher restarts detected (sequence went backwards)
@@ -23,6 +23,17 @@ type Index struct {
 	Keys          prometheus.Gauge         // distinct block keys
 	Bytes         prometheus.Gauge         // estimated index memory
 	Evictions     *prometheus.CounterVec   // reason: memory, capacity, expired
+
+	// Disconnects (worker; "" for the bind-mode socket): publisher connections ZMQ
+	// closed — a publisher gone or restarted, or a message part over
+	// index.max_message_bytes (dropped unread).
+	Disconnects *prometheus.CounterVec
+	// DroppedMessages (reason: unmatched_topic, malformed_frame): bind-mode messages
+	// attributed to no worker.
+	DroppedMessages *prometheus.CounterVec
+	// ReplayBackoffs (worker): gaps not replayed because the worker's replay endpoint
+	// failed recently and is in backoff.
+	ReplayBackoffs *prometheus.CounterVec
 }
 
 func newIndex(reg prometheus.Registerer) *Index {
@@ -38,7 +49,7 @@ func newIndex(reg prometheus.Registerer) *Index {
 		Blocks:       cv("blocks_total", "Blocks applied per worker, by op (stored, removed).", "worker", "op"),
 		Batches:      cv("batches_total", "KV event batches (ZMQ messages) applied per worker.", "worker"),
 		DecodeErrors: cv("decode_errors_total", "KV event payloads that did not decode and were dropped whole, per worker.", "worker"),
-		Anomalies: cv("anomalies_total", "Events that could not be applied exactly, per worker and kind (unknown_parent, unknown_removed, block_size_mismatch).",
+		Anomalies: cv("anomalies_total", "Events that could not be applied exactly, per worker and kind (unknown_parent, unknown_removed, block_size_mismatch, bad_event: fields disagree, event dropped alone).",
 			"worker", "kind"),
 		Gaps:       cv("sequence_gaps_total", "Sequence gaps detected in a worker's KV event stream.", "worker"),
 		Replays:    cv("replays_total", "Replay requests per worker by result (ok, partial, failed).", "worker", "result"),
@@ -55,13 +66,17 @@ func newIndex(reg prometheus.Registerer) *Index {
 		Keys:      g("keys", "Distinct block keys in the index."),
 		Bytes:     g("bytes", "Estimated memory held by the index (measured bytes per structure × counts)."),
 		Evictions: cv("evictions_total", "Entries evicted by reason (memory: cap reached; capacity: approximate worker over its block capacity; expired: speculative TTL).", "reason"),
+
+		Disconnects:     cv("disconnects_total", "KV event publisher connections closed by ZMQ (publisher gone or restarted, or a message part over index.max_message_bytes, dropped unread), per worker (\"\": the bind-mode socket).", "worker"),
+		DroppedMessages: cv("dropped_messages_total", "Bind-mode KV event messages attributed to no worker, by reason (unmatched_topic, malformed_frame).", "reason"),
+		ReplayBackoffs:  cv("replay_backoffs_total", "Sequence gaps not replayed because the worker's replay endpoint failed recently (exponential backoff); the worker goes approximate.", "worker"),
 	}
 }
 
 // DeleteWorker removes every per-worker series of worker.
 func (m *Index) DeleteWorker(worker string) {
 	for _, v := range []*prometheus.CounterVec{m.Events, m.Blocks, m.Batches, m.DecodeErrors, m.Anomalies, m.Gaps,
-		m.Replays, m.Restarts, m.QueueDrops, m.Reconnects} {
+		m.Replays, m.Restarts, m.QueueDrops, m.Reconnects, m.Disconnects, m.ReplayBackoffs} {
 		v.DeletePartialMatch(prometheus.Labels{"worker": worker})
 	}
 	m.Mode.DeletePartialMatch(prometheus.Labels{"worker": worker})

@@ -11,16 +11,23 @@ type Router struct {
 	InFlightTokens   *prometheus.GaugeVec     // worker: booked uncached prefill tokens
 	TicketsReleased  *prometheus.CounterVec   // how: first_token (prefill part), done, abort, expired, worker_removed
 	TTFTSeconds      *prometheus.HistogramVec // worker: observed time to first token
-	E2ESeconds       *prometheus.HistogramVec // worker: observed end-to-end latency
+	E2ESeconds       *prometheus.HistogramVec // worker: observed end-to-end latency (outcome ok only)
 	PromptTokens     prometheus.Histogram     // prompt length of routed requests, tokens
 	CachedTokens     prometheus.Histogram     // predicted cached prefix of the chosen worker, tokens
 	PrefixHitTokens  prometheus.Counter       // sum of predicted cached tokens on chosen workers
 	PromptTokensSeen prometheus.Counter       // sum of prompt tokens of routed requests (hit ratio denominator)
+	UsageReports     *prometheus.CounterVec   // kind: reported, absent, no_usage — how usage of ok requests reported cached tokens
+	PromptsCapped    prometheus.Counter       // requests whose prompt was longer than the tokens routing considers
+	SpecWithdrawn    prometheus.Counter       // speculative index entries withdrawn from failed or aborted requests
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
 	const sub = "router"
 	return &Router{
+		PromptsCapped: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "prompts_capped_total", Help: "Requests whose prompt exceeded the tokens routing considers (models[].max_model_len or router.max_prompt_tokens); only that many leading tokens were hashed, looked up and booked."})),
+		SpecWithdrawn: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "speculative_withdrawn_total", Help: "Speculative index entries withdrawn because their request failed (status >= 400) or was aborted before its first token."})),
 		Decisions: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "decisions_total", Help: "Routing decisions by chosen worker and reason."}, []string{"worker", "reason"})),
 		DecisionSeconds: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
@@ -36,7 +43,7 @@ func newRouter(reg prometheus.Registerer) *Router {
 		TTFTSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "time_to_first_token_seconds", Help: "Observed time to first token of routed streaming requests, per worker (OpenTelemetry gen_ai.server.time_to_first_token).", Buckets: LatencyBuckets}, []string{"worker"})),
 		E2ESeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "request_duration_seconds", Help: "Observed end-to-end latency of routed requests, per worker (OpenTelemetry gen_ai.server.request.duration).", Buckets: LatencyBuckets}, []string{"worker"})),
+			Name: "request_duration_seconds", Help: "Observed end-to-end latency of routed requests with outcome ok, per worker (OpenTelemetry gen_ai.server.request.duration).", Buckets: LatencyBuckets}, []string{"worker"})),
 		PromptTokens: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "prompt_tokens", Help: "Prompt length of routed requests in tokens.", Buckets: prometheus.ExponentialBuckets(16, 2, 14)})),
 		CachedTokens: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
@@ -45,5 +52,7 @@ func newRouter(reg prometheus.Registerer) *Router {
 			Name: "prefix_hit_tokens_total", Help: "Sum of predicted cached prompt tokens on chosen workers; divide by prompt_tokens_total for the prefix hit ratio."})),
 		PromptTokensSeen: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "prompt_tokens_total", Help: "Sum of prompt tokens of routed requests with known token counts."})),
+		UsageReports: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "usage_reports_total", Help: "Requests finished with outcome ok, by how their usage reported cached tokens (reported: a number, 0 included; absent: no count or null; no_usage: no usage object)."}, []string{"kind"})),
 	}
 }

@@ -23,13 +23,13 @@ type Scoring struct {
 	// Observations counts observations offered for learning (labels worker, result:
 	// learned, clipped — learned with a clipped residual —, skipped).
 	Observations *prometheus.CounterVec
-	// Picks counts decisions by policy and reason (best, tie, slo, degraded, policy).
+	// Picks counts decisions by policy and reason (best, tie, slo, degraded, explore, policy).
 	// Shed requests and explain (dry-run) picks are not counted.
 	Picks *prometheus.CounterVec
 	// Shed counts requests refused because even the best prediction exceeded the limit.
 	Shed *prometheus.CounterVec
 	// CachedTokensError is |engine-reported cached_tokens − index-predicted cached tokens|
-	// for finished requests whose usage reported cached_tokens > 0, tokens.
+	// for finished requests whose usage reported a cached-token count (0 included; absent or null is not compared), tokens.
 	CachedTokensError prometheus.Histogram
 	// CachedTokensMismatch counts finished requests where the index and the engine
 	// disagree (direction: index_over — the index promised more than the engine reused —,
@@ -64,11 +64,11 @@ func newScoring(reg prometheus.Registerer) *Scoring {
 		Observations: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "observations_total", Help: "First-token observations offered for learning, by result (learned, clipped, skipped)."}, []string{"worker", "result"})),
 		Picks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "picks_total", Help: "Scoring decisions by policy and reason (best, tie, slo, degraded, policy)."}, []string{"policy", "reason"})),
+			Name: "picks_total", Help: "Scoring decisions by policy and reason (best, tie, slo, degraded, explore, policy)."}, []string{"policy", "reason"})),
 		Shed: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "shed_total", Help: "Requests refused (429) because even the best predicted TTFT exceeded the limit."}, []string{"policy"})),
 		CachedTokensError: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "cached_tokens_error_tokens", Help: "|engine usage cached_tokens - index-predicted cached tokens| of finished requests reporting cached_tokens.",
+			Name: "cached_tokens_error_tokens", Help: "|engine usage cached_tokens - index-predicted cached tokens| of finished requests reporting a cached-token count (0 included).",
 			Buckets: []float64{0, 16, 64, 256, 1024, 4096, 16384, 65536}})),
 		CachedTokensMismatch: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "cached_tokens_mismatch_total", Help: "Finished requests where index and engine disagree on cached tokens (index_over, index_under)."}, []string{"direction"})),

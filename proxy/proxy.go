@@ -4,8 +4,11 @@
 // (router.Pick), forwards the request there with net/http/httputil.ReverseProxy,
 // streams the response back without buffering (SSE flushes every write), and watches
 // the body with response.Tracker exactly as the ext_proc path does: first generated
-// token → Ticket.FirstToken, end of body → Ticket.Done with usage, client disconnect
-// or upstream failure → Ticket.Abort. A worker that refuses the connection is marked
+// token → Ticket.FirstToken, end of body (EOF, or the SSE end marker [DONE] /
+// message_stop, so a client that hangs up right after it was served) → Ticket.Complete
+// with usage and outcome, client disconnect or upstream failure → Ticket.AbortWith.
+// Each request is counted once on kvroute_proxy_requests_total{code,outcome}, before a
+// ReverseProxy http.ErrAbortHandler panic is re-raised. A worker that refuses the connection is marked
 // unhealthy (passive health) and the request retried once on another pick. Refusals use
 // router.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
 // same status and error JSON.
@@ -140,9 +143,10 @@ func New(opt Options) http.Handler {
 type flight struct {
 	ticket   *router.Ticket
 	req      *request.Request
-	ended    bool // Done or Abort called
-	mayRetry bool // first attempt: a connect failure may be retried on another worker
-	retry    bool // set by errorHandler: nothing was written, pick again
+	ended    bool             // Complete or Abort called
+	outcome  response.Outcome // what the ticket ended with (router.Ticket.Complete/AbortWith)
+	mayRetry bool             // first attempt: a connect failure may be retried on another worker
+	retry    bool             // set by errorHandler: nothing was written, pick again
 
 	// Upstream watchdog: armed with the header timeout when the attempt starts, re-armed
 	// with the idle timeout by the response headers and every body read. When it fires,
@@ -164,35 +168,45 @@ type flightKey struct{}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
+	api := request.APIForPath(r.URL.Path)
 	var f *flight
 	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
+		// Every request is counted, with its outcome, before a panic is re-raised:
+		// ReverseProxy panics with http.ErrAbortHandler when copying the body fails
+		// (the client hung up), and that request must not vanish from the counters.
+		p := recover()
+		reason := "client_gone"
+		if p != nil && p != http.ErrAbortHandler {
 			h.m.Panics.Inc()
 			h.log.Error("proxy: panic", "panic", p, "stack", string(debug.Stack()))
 			if rec.status == 0 {
-				h.writeError(rec, fmt.Errorf("panic: %v", p))
+				h.writeError(rec, api, fmt.Errorf("panic: %v", p))
 			}
+			reason = "panic"
 		}
-		if f != nil && !f.ended {
-			h.abort(f, "client_gone")
+		o := response.OutcomeRejected // kvroute answered itself, nothing was routed
+		if f != nil {
+			if !f.ended {
+				h.abort(f, reason, response.OutcomeAborted)
+			}
+			o = f.outcome
 		}
-		h.m.ProxyRequests.WithLabelValues(statusClass(rec.status)).Inc()
+		h.m.ProxyRequests.WithLabelValues(statusClass(rec.status), string(o)).Inc()
+		if p == http.ErrAbortHandler {
+			panic(p)
+		}
 	}()
 	if h.opt.WriteTimeout > 0 {
 		rec.rc, rec.writeTimeout = http.NewResponseController(w), h.opt.WriteTimeout
 		defer func() { _ = rec.rc.SetWriteDeadline(time.Time{}) }() // the next request on this connection starts fresh
 	}
 	if !h.paths[strings.TrimSuffix(r.URL.Path, "/")] {
-		h.writeError(rec, &request.Error{Status: http.StatusNotFound, Type: "NotFoundError",
+		h.writeError(rec, api, &request.Error{Status: http.StatusNotFound, Type: "NotFoundError",
 			Message: "kvroute proxy: this path is not forwarded (proxy.paths)"})
 		return
 	}
-	api := request.APIForPath(r.URL.Path)
 	if api != request.APIOther && !jsonContentType(r.Header.Get("Content-Type")) {
-		h.writeError(rec, &request.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error",
+		h.writeError(rec, api, &request.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error",
 			Message: "Content-Type must be application/json"})
 		return
 	}
@@ -207,12 +221,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refuseOversize(rec, r, limit)
 			return
 		}
-		h.writeError(rec, err)
+		h.writeError(rec, api, err)
 		return
 	}
 	req, err := request.Parse(api, body)
 	if err != nil {
-		h.writeError(rec, err)
+		h.writeError(rec, api, err)
 		return
 	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
@@ -222,7 +236,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for attempt := 0; attempt < 2; attempt++ {
 		t, err := h.opt.Router.Pick(r.Context(), req, po)
 		if err != nil {
-			h.writeError(rec, err)
+			h.writeError(rec, api, err)
 			return
 		}
 		f = &flight{ticket: t, req: req, mayRetry: attempt == 0}
@@ -288,7 +302,7 @@ func (h *handler) refuseOversize(w http.ResponseWriter, r *http.Request, limit i
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex() // HTTP/1: keep reading the body after the reply started
 	w.Header().Set("Connection", "close")
-	h.writeError(w, request.TooLarge(limit))
+	h.writeError(w, request.APIForPath(r.URL.Path), request.TooLarge(limit))
 	if rc.Flush() != nil {
 		return
 	}
@@ -356,8 +370,9 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 func (h *handler) modifyResponse(resp *http.Response) error {
 	f := resp.Request.Context().Value(flightKey{}).(*flight)
 	f.arm(h.opt.Proxy.UpstreamIdleTimeout) // headers arrived: from now on, silence is bounded
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || f.req.Stream
-	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context()}
+	sse := response.StreamBody(resp.Header.Get("Content-Type"), f.req.Stream)
+	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context(),
+		inference: f.req.API != request.APIOther}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {
 		resp.Header.Set(wh, f.ticket.Worker)
 	}
@@ -381,19 +396,19 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	f, _ := r.Context().Value(flightKey{}).(*flight)
 	if f != nil && f.timedOut.Load() {
 		h.upstreamTimeout(f, "response headers", h.opt.Proxy.UpstreamHeaderTimeout)
-		h.writeError(w, fmt.Errorf("%w: no response headers within %s", router.ErrUpstream, h.opt.Proxy.UpstreamHeaderTimeout))
+		h.writeError(w, f.req.API, fmt.Errorf("%w: no response headers within %s", router.ErrUpstream, h.opt.Proxy.UpstreamHeaderTimeout))
 		return
 	}
 	if r.Context().Err() != nil {
 		if f != nil {
-			h.abort(f, "client_gone")
+			h.abort(f, "client_gone", response.OutcomeAborted)
 		}
 		return
 	}
 	h.m.ProxyUpstreamErrors.Inc()
 	worker, addr := "", ""
 	if f != nil {
-		h.abort(f, "upstream_error")
+		h.abort(f, "upstream_error", response.OutcomeUpstreamError)
 		worker, addr = f.ticket.Worker, f.ticket.Address
 	}
 	if f != nil && isDialError(err) {
@@ -409,7 +424,7 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	} else {
 		h.log.Warn("proxy: upstream error", "worker", worker, "address", addr, "err", err)
 	}
-	h.writeError(w, fmt.Errorf("%w: %v", router.ErrUpstream, err))
+	h.writeError(w, request.APIForPath(r.URL.Path), fmt.Errorf("%w: %v", router.ErrUpstream, err))
 }
 
 // isDialError reports whether err is a failure to open the connection (net.Dialer via
@@ -428,7 +443,7 @@ func (h *handler) upstreamTimeout(f *flight, what string, d time.Duration) {
 		return
 	}
 	h.m.ProxyUpstreamErrors.Inc()
-	h.abort(f, "upstream_timeout")
+	h.abort(f, "upstream_timeout", response.OutcomeUpstreamError)
 	if !h.opt.NoPassiveHealth {
 		h.opt.Router.Registry().SetHealthy(f.ticket.Worker, false)
 	}
@@ -436,18 +451,19 @@ func (h *handler) upstreamTimeout(f *flight, what string, d time.Duration) {
 		"worker", f.ticket.Worker, "address", f.ticket.Address, "waiting_for", what, "timeout", d)
 }
 
-func (h *handler) abort(f *flight, reason string) {
+// abort ends f's ticket with outcome o, counting reason on kvroute_extproc_aborts_total.
+func (h *handler) abort(f *flight, reason string, o response.Outcome) {
 	if f.ended {
 		return
 	}
 	f.ended = true
-	f.ticket.Abort()
+	f.outcome = f.ticket.AbortWith(o)
 	h.m.Aborts.WithLabelValues(reason).Inc()
 }
 
 // writeError answers a refusal through the one shared mapping (router.ErrorReply).
-func (h *handler) writeError(w http.ResponseWriter, err error) {
-	rep := router.ErrorReply(err)
+func (h *handler) writeError(w http.ResponseWriter, api request.API, err error) {
+	rep := router.ErrorReply(api, err)
 	h.m.ImmediateResponses.WithLabelValues(strconv.Itoa(rep.Status)).Inc()
 	for _, kv := range rep.Header {
 		w.Header().Set(kv[0], kv[1])
@@ -459,14 +475,19 @@ func (h *handler) writeError(w http.ResponseWriter, err error) {
 
 // trackedBody feeds the response body to the Tracker as the ReverseProxy copies it.
 type trackedBody struct {
-	rc     io.ReadCloser
-	f      *flight
-	h      *handler
-	tr     *response.Tracker
-	status int
-	ctx    context.Context
+	rc        io.ReadCloser
+	f         *flight
+	h         *handler
+	tr        *response.Tracker
+	status    int
+	inference bool // an inference API: the body decides the outcome (response.Tracker.Result)
+	ctx       context.Context
 }
 
+// Read completes the ticket at the end of the body: EOF, or the SSE end marker
+// ([DONE], Anthropic message_stop) — after it nothing can change the result, and a
+// client that hangs up right after it (the connection closes before the worker's
+// EOF is read) was served, not gone.
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
@@ -478,17 +499,17 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	switch {
 	case err != nil && err != io.EOF && b.f.timedOut.Load():
 		b.h.upstreamTimeout(b.f, "response body", b.h.opt.Proxy.UpstreamIdleTimeout)
-	case err == io.EOF:
+	case err == io.EOF || (!b.f.ended && b.tr.Ended()):
 		if !b.f.ended {
 			b.f.ended = true
-			b.f.ticket.Done(b.status, b.tr.Finish(), time.Time{})
+			b.f.outcome = b.f.ticket.Complete(b.tr.Result(b.status, b.inference), time.Time{})
 		}
 	case err != nil:
-		reason := "upstream_error"
+		reason, o := "upstream_error", response.OutcomeUpstreamError
 		if b.ctx.Err() != nil || errors.Is(err, context.Canceled) {
-			reason = "client_gone"
+			reason, o = "client_gone", response.OutcomeAborted
 		}
-		b.h.abort(b.f, reason)
+		b.h.abort(b.f, reason, o)
 	}
 	return n, err
 }
@@ -497,7 +518,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 // (client gone, write error) is an abort.
 func (b *trackedBody) Close() error {
 	err := b.rc.Close()
-	b.h.abort(b.f, "client_gone")
+	b.h.abort(b.f, "client_gone", response.OutcomeAborted)
 	return err
 }
 

@@ -6,11 +6,22 @@ import (
 	"testing"
 )
 
-// BenchmarkParse is request.Parse alone on chat bodies of ~4, 64 and 220 KB (the
-// sizes of BenchmarkExtProcOverhead), to separate parsing from the ext_proc path.
+// BenchmarkParse is request.Parse alone on chat bodies of ~4, 64, 220 KB and 1 MB (the
+// sizes of BenchmarkExtProcOverhead), to separate parsing from the ext_proc path;
+// escapes=yes gives every message newlines and quotes (source code, logs), which
+// JSON escapes.
 func BenchmarkParse(b *testing.B) {
-	turn := strings.Repeat("lorem ipsum dolor sit amet ", 38)
-	for _, size := range []int{4 << 10, 64 << 10, 220 << 10} {
+	for _, c := range []struct {
+		size int
+		esc  bool
+	}{{4 << 10, false}, {64 << 10, false}, {220 << 10, false}, {220 << 10, true}, {1 << 20, false}} {
+		turn := strings.Repeat("lorem ipsum dolor sit amet ", 38)
+		name := fmt.Sprintf("body=%dKB", c.size>>10)
+		if c.esc {
+			turn = strings.Repeat("if x {\n\treturn \"a\"\n}\n", 50)
+			name += "/escapes=yes"
+		}
+		size := c.size
 		var sb strings.Builder
 		sb.WriteString(`{"model":"m","stream":true,"messages":[{"role":"system","content":"You are a helpful assistant."}`)
 		for i := 0; sb.Len() < size-64; i++ {
@@ -18,7 +29,7 @@ func BenchmarkParse(b *testing.B) {
 		}
 		sb.WriteString(`]}`)
 		body := []byte(sb.String())
-		b.Run(fmt.Sprintf("body=%dKB", size>>10), func(b *testing.B) {
+		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -41,20 +42,22 @@ func APIForPath(path string) API {
 
 // Request is one normalized inference request.
 //
-// Messages and Tools keep the client's JSON objects as decoded maps so that a chat
-// template sees every field (tool_calls, reasoning, multi-part content) exactly as sent.
+// Messages, System, Tools and ChatTemplateKwargs keep the client's JSON as parsed once
+// (request.Value: key order kept, a repeated key last-wins, numbers as written) so that
+// a chat template sees every field (tool_calls, reasoning, multi-part content) exactly as
+// json.loads gives it to vLLM, with no second decode.
 type Request struct {
 	API   API
 	Model string // "model" field; the served model name or a LoRA adapter name
 
 	// Chat / messages APIs.
-	System               any              // Anthropic top-level "system" (string or content blocks); nil otherwise
-	Messages             []map[string]any // chat messages in order
-	Tools                []map[string]any // tool definitions (OpenAI or Anthropic form)
-	AddGenerationPrompt  *bool            // chat: add_generation_prompt (vLLM default true)
-	ContinueFinalMessage bool             // chat: continue_final_message
-	ChatTemplateKwargs   map[string]any   // chat: chat_template_kwargs
-	ReasoningEffort      string           // chat: reasoning_effort
+	System               Value    // Anthropic top-level "system" (string or content blocks); null otherwise
+	Messages             []Value  // chat messages in order, each an object with a string "role"
+	Tools                []Value  // tool definitions (OpenAI or Anthropic form), as sent
+	AddGenerationPrompt  *bool    // chat: add_generation_prompt (vLLM default true)
+	ContinueFinalMessage bool     // chat: continue_final_message
+	ChatTemplateKwargs   []Member // chat: chat_template_kwargs, in the client's order
+	ReasoningEffort      string   // chat: reasoning_effort
 
 	// Completions API: exactly one of Prompts or PromptTokenIDs is set.
 	Prompts          []string   // prompt as string or list of strings
@@ -66,10 +69,16 @@ type Request struct {
 	// MaxTokens is the output token limit (max_completion_tokens, max_tokens); 0 when absent.
 	MaxTokens int
 	CacheSalt string // vLLM cache_salt: isolates the prefix cache namespace
+}
 
-	// RawTools is the "tools" JSON as sent: chat templates emit tools with tojson in
-	// the client's key order, which Tools (Go maps) loses. nil when absent.
-	RawTools json.RawMessage
+// Kwarg returns chat_template_kwargs[key] and whether it was given.
+func (r *Request) Kwarg(key string) (Value, bool) {
+	for i := range r.ChatTemplateKwargs {
+		if r.ChatTemplateKwargs[i].Key == key {
+			return r.ChatTemplateKwargs[i].Value, true
+		}
+	}
+	return Value{}, false
 }
 
 // Error is a client error with the HTTP status and OpenAI error type it maps to.
@@ -96,97 +105,171 @@ func AsError(err error) (*Error, bool) {
 	return e, ok
 }
 
-// wire is the union of the fields kvroute reads from all three APIs.
-type wire struct {
-	Model         string           `json:"model"`
-	Messages      []map[string]any `json:"messages"`
-	System        any              `json:"system"`
-	Tools         json.RawMessage  `json:"tools"`
-	Prompt        json.RawMessage  `json:"prompt"`
-	Stream        bool             `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	MaxTokens            *int           `json:"max_tokens"`
-	MaxCompletionTokens  *int           `json:"max_completion_tokens"`
-	AddGenerationPrompt  *bool          `json:"add_generation_prompt"`
-	ContinueFinalMessage bool           `json:"continue_final_message"`
-	ChatTemplateKwargs   map[string]any `json:"chat_template_kwargs"`
-	ReasoningEffort      string         `json:"reasoning_effort"`
-	AddSpecialTokens     *bool          `json:"add_special_tokens"`
-	CacheSalt            string         `json:"cache_salt"`
-}
-
-// Parse decodes body as the given API. Errors are *Error with a 4xx status.
+// Parse decodes body as the given API in one pass (ParseValue: the Request's messages
+// and tools share memory with body, which must not be modified afterwards), then reads the fields
+// kvroute needs from the top-level object. Field names match exactly (case-sensitive,
+// as vLLM's pydantic models do: "MODEL" is not "model"); a repeated field takes its last
+// value, as json.loads does. Errors are *Error with a 4xx status.
 // For APIOther it returns a Request with only Model filled when the body is a JSON
 // object with a "model" string, and never fails.
 func Parse(api API, body []byte) (*Request, error) {
 	if api == APIOther {
 		r := &Request{API: APIOther}
-		var m struct {
-			Model string `json:"model"`
-		}
-		if len(body) > 0 && json.Unmarshal(body, &m) == nil {
-			r.Model = m.Model
+		if len(body) > 0 {
+			if v, err := ParseValue(body); err == nil {
+				if m, ok := v.Field("model").Str(); ok {
+					r.Model = strings.Clone(m)
+				}
+			}
 		}
 		return r, nil
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, ErrEmptyBody
 	}
-	var w wire
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, decodeError(err, "")
+	root, err := ParseValue(body)
+	if err != nil {
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			return nil, invalid("", "request body is not valid JSON: %s (at byte %d)", se.Msg, se.Offset)
+		}
+		return nil, invalid("", "request body is not valid JSON")
 	}
-	if w.Model == "" {
+	if root.Kind() != Object {
+		return nil, invalid("", "request body must be a JSON object, got %s", root.Kind())
+	}
+	r := &Request{API: api}
+	var (
+		maxTokens, maxCompletion *int
+		messages, prompt         Value
+	)
+	for _, m := range root.Members() {
+		v := m.Value
+		switch m.Key {
+		case "model":
+			if err := wantString(m.Key, v, &r.Model); err != nil {
+				return nil, err
+			}
+		case "messages":
+			messages = v
+		case "system":
+			r.System = v
+		case "tools":
+			r.Tools = nil
+			if v.IsNull() {
+				continue
+			}
+			if v.Kind() != Array {
+				return nil, typeError(m.Key, "an array of objects", v)
+			}
+			for i := range v.Len() {
+				if e := v.Index(i); e.Kind() != Object && !e.IsNull() {
+					return nil, elemError(m.Key, "an array of objects", e)
+				}
+			}
+			r.Tools = v.kids2values()
+		case "prompt":
+			prompt = v
+		case "stream":
+			if err := wantBool(m.Key, v, &r.Stream); err != nil {
+				return nil, err
+			}
+		case "stream_options":
+			r.IncludeUsage = false
+			if v.IsNull() {
+				continue
+			}
+			if v.Kind() != Object {
+				return nil, typeError(m.Key, "an object", v)
+			}
+			if err := wantBool("stream_options.include_usage", v.Field("include_usage"), &r.IncludeUsage); err != nil {
+				return nil, err
+			}
+		case "max_tokens":
+			if maxTokens, err = wantInt(m.Key, v); err != nil {
+				return nil, err
+			}
+		case "max_completion_tokens":
+			if maxCompletion, err = wantInt(m.Key, v); err != nil {
+				return nil, err
+			}
+		case "add_generation_prompt":
+			if r.AddGenerationPrompt, err = wantBoolPtr(m.Key, v); err != nil {
+				return nil, err
+			}
+		case "continue_final_message":
+			if err := wantBool(m.Key, v, &r.ContinueFinalMessage); err != nil {
+				return nil, err
+			}
+		case "chat_template_kwargs":
+			r.ChatTemplateKwargs = nil
+			if v.IsNull() {
+				continue
+			}
+			if v.Kind() != Object {
+				return nil, typeError(m.Key, "an object", v)
+			}
+			r.ChatTemplateKwargs = v.Members()
+		case "reasoning_effort":
+			if err := wantString(m.Key, v, &r.ReasoningEffort); err != nil {
+				return nil, err
+			}
+		case "add_special_tokens":
+			if r.AddSpecialTokens, err = wantBoolPtr(m.Key, v); err != nil {
+				return nil, err
+			}
+		case "cache_salt":
+			if err := wantString(m.Key, v, &r.CacheSalt); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Routing scalars outlive the body (labels, tickets): copy them off it.
+	r.Model, r.CacheSalt, r.ReasoningEffort = strings.Clone(r.Model), strings.Clone(r.CacheSalt), strings.Clone(r.ReasoningEffort)
+	if r.Model == "" {
 		return nil, invalid("model", "field 'model' is required")
 	}
-	r := &Request{
-		API: api, Model: w.Model, Stream: w.Stream,
-		AddGenerationPrompt: w.AddGenerationPrompt, ContinueFinalMessage: w.ContinueFinalMessage,
-		ChatTemplateKwargs: w.ChatTemplateKwargs, ReasoningEffort: w.ReasoningEffort,
-		AddSpecialTokens: w.AddSpecialTokens, CacheSalt: w.CacheSalt,
-	}
-	if w.StreamOptions != nil {
-		r.IncludeUsage = w.StreamOptions.IncludeUsage
-	}
-	if len(w.Tools) > 0 && string(w.Tools) != "null" {
-		if err := json.Unmarshal(w.Tools, &r.Tools); err != nil {
-			return nil, decodeError(err, "tools")
-		}
-		r.RawTools = w.Tools
-	}
 	switch {
-	case w.MaxCompletionTokens != nil:
-		r.MaxTokens = *w.MaxCompletionTokens
-	case w.MaxTokens != nil:
-		r.MaxTokens = *w.MaxTokens
+	case maxCompletion != nil:
+		r.MaxTokens = *maxCompletion
+	case maxTokens != nil:
+		r.MaxTokens = *maxTokens
 	}
 	if r.MaxTokens < 0 {
 		return nil, invalid("max_tokens", "max_tokens must be ≥ 0, got %d", r.MaxTokens)
 	}
 	switch api {
 	case APIChat, APIMessages:
-		if len(w.Messages) == 0 {
+		if !messages.IsNull() && messages.Kind() != Array {
+			return nil, typeError("messages", "an array of objects", messages)
+		}
+		if messages.Len() == 0 {
 			return nil, invalid("messages", "field 'messages' must be a non-empty array")
 		}
-		for i, m := range w.Messages {
-			if m == nil {
+		for i := range messages.Len() {
+			m := messages.Index(i)
+			switch m.Kind() {
+			case Object:
+			case Null:
 				return nil, invalid("messages", "messages[%d] must be an object", i)
+			default:
+				return nil, elemError("messages", "an array of objects", m)
 			}
-			if _, ok := m["role"].(string); !ok {
+			if _, ok := m.Field("role").Str(); !ok {
 				return nil, invalid("messages", "messages[%d].role must be a string", i)
 			}
 		}
-		r.Messages = w.Messages
+		r.Messages = messages.kids2values()
 		if api == APIMessages {
-			r.System = w.System
-			if w.MaxTokens == nil {
+			if maxTokens == nil {
 				return nil, invalid("max_tokens", "field 'max_tokens' is required for /v1/messages")
 			}
+		} else {
+			r.System = Value{}
 		}
 	case APICompletions:
-		if err := parsePrompt(w.Prompt, r); err != nil {
+		r.System = Value{}
+		if err := parsePrompt(prompt, r); err != nil {
 			return nil, err
 		}
 	default:
@@ -195,38 +278,157 @@ func Parse(api API, body []byte) (*Request, error) {
 	return r, nil
 }
 
+// kids2values returns an array's elements as a slice of Values.
+func (v Value) kids2values() []Value {
+	out := make([]Value, len(v.kids))
+	for i := range v.kids {
+		out[i] = v.kids[i].Value
+	}
+	return out
+}
+
+// got names a JSON value's type as encoding/json's type errors did: "string",
+// "number 1.5", "bool", "array", "object".
+func got(v Value) string {
+	if v.Kind() == Number {
+		if v.IsInt() {
+			return "number"
+		}
+		return "number " + v.Text()
+	}
+	return v.Kind().String()
+}
+
+func typeError(field, want string, v Value) *Error {
+	return invalid(field, "field '%s' must be %s, got %s", field, want, got(v))
+}
+
+func elemError(field, want string, v Value) *Error {
+	return invalid(field, "field '%s' must be %s, got an element of type %s", field, want, v.Kind())
+}
+
+// null leaves every field at its zero value, as encoding/json did.
+
+func wantString(field string, v Value, dst *string) error {
+	switch v.Kind() {
+	case Null:
+		*dst = ""
+	case String:
+		*dst = v.Text()
+	default:
+		return typeError(field, "a string", v)
+	}
+	return nil
+}
+
+func wantBool(field string, v Value, dst *bool) error {
+	switch v.Kind() {
+	case Null:
+		*dst = false
+	case Bool:
+		*dst = v.Boolean()
+	default:
+		return typeError(field, "a boolean", v)
+	}
+	return nil
+}
+
+func wantBoolPtr(field string, v Value) (*bool, error) {
+	if v.IsNull() {
+		return nil, nil
+	}
+	var b bool
+	if err := wantBool(field, v, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+func wantInt(field string, v Value) (*int, error) {
+	if v.IsNull() {
+		return nil, nil
+	}
+	n, ok := v.Int()
+	if !ok || int64(int(n)) != n {
+		return nil, typeError(field, "an integer", v)
+	}
+	i := int(n)
+	return &i, nil
+}
+
 // parsePrompt accepts a string, a list of strings, a list of token ids, or a list of
 // token-id lists, as vLLM's /v1/completions does.
-func parsePrompt(raw json.RawMessage, r *Request) error {
-	if len(raw) == 0 || string(raw) == "null" {
+func parsePrompt(v Value, r *Request) error {
+	bad := invalid("prompt", "field 'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists")
+	switch v.Kind() {
+	case Null:
 		return invalid("prompt", "field 'prompt' is required")
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		r.Prompts = []string{s}
+	case String:
+		r.Prompts = []string{v.Text()}
 		return nil
+	case Array:
+	default:
+		return bad
 	}
-	var ss []string
-	if json.Unmarshal(raw, &ss) == nil && len(ss) > 0 {
+	if v.Len() == 0 {
+		return bad
+	}
+	switch v.Index(0).Kind() {
+	case String:
+		ss := make([]string, v.Len())
+		for i := range ss {
+			s, ok := v.Index(i).Str()
+			if !ok {
+				return bad
+			}
+			ss[i] = s
+		}
 		r.Prompts = ss
 		return nil
-	}
-	var ids []uint32
-	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
+	case Number:
+		ids, ok := tokenIDs(v)
+		if !ok {
+			return bad
+		}
 		r.PromptTokenIDs = [][]uint32{ids}
 		return nil
-	}
-	var idss [][]uint32
-	if json.Unmarshal(raw, &idss) == nil && len(idss) > 0 {
-		for i, p := range idss {
-			if len(p) == 0 {
+	case Array:
+		idss := make([][]uint32, v.Len())
+		for i := range idss {
+			e := v.Index(i)
+			if e.Kind() != Array {
+				return bad
+			}
+			ids, ok := tokenIDs(e)
+			if !ok {
+				return bad
+			}
+			if len(ids) == 0 {
 				return invalid("prompt", "prompt[%d] is an empty token list", i)
 			}
+			idss[i] = ids
 		}
 		r.PromptTokenIDs = idss
 		return nil
 	}
-	return invalid("prompt", "field 'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists")
+	return bad
+}
+
+// tokenIDs reads an array of non-negative 32-bit integers.
+func tokenIDs(v Value) ([]uint32, bool) {
+	ids := make([]uint32, v.Len())
+	for i := range ids {
+		e := v.Index(i)
+		if e.Kind() != Number || !e.IsInt() {
+			return nil, false
+		}
+		n, err := strconv.ParseUint(e.Text(), 10, 32)
+		if err != nil {
+			return nil, false
+		}
+		ids[i] = uint32(n)
+	}
+	return ids, true
 }
 
 // ErrorJSON renders an OpenAI-style error body:
@@ -249,30 +451,65 @@ func TooLarge(limit int) *Error {
 }
 
 // SniffModel returns the top-level "model" string of a JSON object that may be
-// truncated (a BUFFERED_PARTIAL body cut at Envoy's buffer limit): it reads tokens until
-// it finds the key and stops there, so a model field that precedes the cut is found.
-// It returns "" when the body is not a JSON object or the field is absent or cut.
-func SniffModel(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+// truncated (a BUFFERED_PARTIAL body cut at Envoy's buffer limit), with the rule a full
+// parse applies: names match exactly and a repeated "model" takes its last value. sure
+// is true when the whole object was read, so no later "model" can follow. A model
+// value that is itself cut, or that a later cut "model" key overrides, gives "", false.
+// It returns "" when the body is not a JSON object or the field is absent or not a string.
+func SniffModel(body []byte) (model string, sure bool) {
+	p := parser{b: body, s: string(body)}
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != '{' {
+		return "", false
+	}
+	p.i++
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		return "", true
+	}
+	for {
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return strings.Clone(model), false
+		}
+		key, err := p.str()
+		if err != nil {
+			return cut(model, key == "model"), false
+		}
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return cut(model, key == "model"), false
+		}
+		p.i++
+		p.ws()
+		v, err := p.value(1)
+		if err != nil {
+			return cut(model, key == "model"), false
+		}
+		if key == "model" {
+			model, _ = v.Str()
+		}
+		p.ws()
+		if p.i >= len(p.b) {
+			return strings.Clone(model), false
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+			p.ws()
+		case '}':
+			p.i++
+			return strings.Clone(model), true
+		default:
+			return strings.Clone(model), false
+		}
+	}
+}
+
+// cut is the sniffed model when the body ends inside a member: a cut "model" member
+// overrides what came before, with a value that cannot be known.
+func cut(model string, isModel bool) string {
+	if isModel {
 		return ""
 	}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if k == "model" {
-			var m string
-			if dec.Decode(&m) != nil {
-				return ""
-			}
-			return m
-		}
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return ""
-		}
-	}
-	return ""
+	return strings.Clone(model)
 }

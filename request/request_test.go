@@ -40,16 +40,21 @@ func TestParseChat(t *testing.T) {
 	}
 	if r.API != APIChat || r.Model != "m" || !r.Stream || !r.IncludeUsage || r.MaxTokens != 9 || len(r.Messages) != 2 ||
 		len(r.Tools) != 1 || r.AddGenerationPrompt == nil || *r.AddGenerationPrompt || !r.ContinueFinalMessage ||
-		r.ChatTemplateKwargs["enable_thinking"] != false || r.ReasoningEffort != "low" || r.CacheSalt != "s1" {
+		!kwargFalse(r, "enable_thinking") || r.ReasoningEffort != "low" || r.CacheSalt != "s1" {
 		t.Fatalf("parsed %+v", r)
 	}
-	if _, ok := r.Messages[0]["content"].([]any); !ok {
+	if r.Messages[0].Field("content").Kind() != Array {
 		t.Fatal("multi-part content must be kept as sent")
 	}
 	r, _ = Parse(APIChat, []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`))
 	if r.MaxTokens != 5 || r.Stream || r.AddGenerationPrompt != nil {
 		t.Fatalf("max_tokens alone: %+v", r)
 	}
+}
+
+func kwargFalse(r *Request, key string) bool {
+	v, ok := r.Kwarg(key)
+	return ok && v.Kind() == Bool && !v.Boolean()
 }
 
 func TestParseCompletionsPromptShapes(t *testing.T) {
@@ -70,7 +75,7 @@ func TestParseCompletionsPromptShapes(t *testing.T) {
 
 func TestParseMessages(t *testing.T) {
 	r, err := Parse(APIMessages, []byte(`{"model":"m","max_tokens":64,"system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":"hi"}],"stream":true}`))
-	if err != nil || r.System == nil || r.MaxTokens != 64 || !r.Stream {
+	if err != nil || r.System.Kind() != Array || r.MaxTokens != 64 || !r.Stream {
 		t.Fatalf("%+v %v", r, err)
 	}
 }
@@ -166,7 +171,7 @@ func TestSniffModel(t *testing.T) {
 		``:                        "",
 		`{"a":{"model":"inner"}}`: "",
 	} {
-		if got := SniffModel([]byte(body)); got != want {
+		if got, _ := SniffModel([]byte(body)); got != want {
 			t.Errorf("SniffModel(%q) = %q, want %q", body, got, want)
 		}
 	}

@@ -15,9 +15,27 @@ type Usage struct {
 	CompletionTokens int
 	// CachedTokens is usage.prompt_tokens_details.cached_tokens (vLLM reports it with
 	// --enable-prompt-tokens-details and omits it when zero) or Anthropic's
-	// usage.cache_read_input_tokens.
+	// usage.cache_read_input_tokens. Meaningful only when CachedReported.
 	CachedTokens int
-	Present      bool // a usage object was seen
+	// CachedReported is true when the engine reported a cached-token count (a number,
+	// 0 included); false when the field was absent or null. Absent is not evidence
+	// that nothing was cached (vLLM omits prompt_tokens_details without
+	// --enable-prompt-tokens-details, and when the count is 0).
+	CachedReported bool
+	Present        bool // a usage object was seen
+}
+
+// CachedReport names how a finished request's usage reported cached tokens, for the
+// kvroute_router_usage_reports_total{kind} metric: "reported" (a number, 0 included),
+// "absent" (usage without a cached-token count, or null), "no_usage" (no usage object).
+func (u Usage) CachedReport() string {
+	switch {
+	case u.CachedReported:
+		return "reported"
+	case u.Present:
+		return "absent"
+	}
+	return "no_usage"
 }
 
 // Tracker consumes body chunks in order. It is not safe for concurrent use.
@@ -32,9 +50,11 @@ type Tracker struct {
 	stream   bool
 	first    bool
 	pending  []byte // unterminated SSE line, or the whole JSON body when !stream
+	skipLine bool   // a runaway SSE line was dropped: discard through its newline
 	usage    Usage
 	maxBody  int
 	overflow bool
+	body     bodyState // what the body said about how it ended (outcome.go)
 }
 
 // NewTracker returns a tracker for a response that is SSE when stream is true.
@@ -60,8 +80,17 @@ func (t *Tracker) Write(chunk []byte) (firstToken bool) {
 		return false
 	}
 	data := chunk
+	if t.skipLine {
+		// The rest of a runaway line: skipped whole, so that the result does not
+		// depend on where the chunks were cut.
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			return false
+		}
+		t.skipLine, data = false, data[i+1:]
+	}
 	if len(t.pending) > 0 {
-		t.pending = append(t.pending, chunk...)
+		t.pending = append(t.pending, data...)
 		data = t.pending
 	}
 	for {
@@ -70,13 +99,19 @@ func (t *Tracker) Write(chunk []byte) (firstToken bool) {
 			break
 		}
 		line := bytes.TrimRight(data[:i], "\r")
+		long := i > t.maxBody
 		data = data[i+1:]
+		if long {
+			continue // as a runaway line: dropped whichever way the chunks were cut
+		}
 		if t.line(line) && !t.first {
 			t.first, firstToken = true, true
 		}
 	}
 	if len(data) > t.maxBody {
-		data = nil // a runaway line without newline: drop it rather than grow without bound
+		// A runaway line without newline: drop it (through its newline) rather than
+		// grow without bound.
+		data, t.skipLine = nil, true
 	}
 	t.pending = append(t.pending[:0], data...)
 	return firstToken
@@ -90,11 +125,12 @@ func (t *Tracker) Finish() Usage {
 	if !t.stream {
 		if !t.overflow && len(t.pending) > 0 {
 			t.usage = parseUsage(t.pending, t.usage)
+			t.body.document(t.pending)
 		}
 		t.pending = nil
 		return t.usage
 	}
-	if len(t.pending) > 0 {
+	if len(t.pending) > 0 && !t.skipLine {
 		if t.line(bytes.TrimRight(t.pending, "\r")) && !t.first {
 			t.first = true
 		}
@@ -108,12 +144,19 @@ var dataPrefix = []byte("data:")
 // line handles one SSE line and reports whether it carried generated content.
 func (t *Tracker) line(line []byte) bool {
 	if !bytes.HasPrefix(line, dataPrefix) {
+		if bytes.HasPrefix(line, eventPrefix) {
+			t.body.eventLine(bytes.TrimSpace(line[len(eventPrefix):]))
+		}
 		return false
 	}
 	payload := bytes.TrimSpace(line[len(dataPrefix):])
 	if len(payload) == 0 || payload[0] != '{' {
+		if bytes.Equal(payload, doneMarker) {
+			t.body.ended = true
+		}
 		return false // "[DONE]" or keep-alive
 	}
+	t.body.event(payload)
 	content := false
 	if !t.first {
 		content = hasContent(payload)
@@ -203,8 +246,10 @@ func parseUsage(doc []byte, u Usage) Usage {
 	set(&u.CompletionTokens, x.CompletionTokens)
 	set(&u.CompletionTokens, x.OutputTokens)
 	set(&u.CachedTokens, x.CacheReadInputToken)
+	u.CachedReported = u.CachedReported || x.CacheReadInputToken != nil
 	if x.PromptTokensDetails != nil {
 		set(&u.CachedTokens, x.PromptTokensDetails.CachedTokens)
+		u.CachedReported = u.CachedReported || x.PromptTokensDetails.CachedTokens != nil
 	}
 	return u
 }

@@ -28,7 +28,7 @@ func TestSSEEverySplit(t *testing.T) {
 			t.Fatalf("split %d: first token on first chunk = %v, want %v", split, a, wantA)
 		}
 		u := tr.Finish()
-		if u != (Usage{PromptTokens: 12, CompletionTokens: 2, CachedTokens: 8, Present: true}) {
+		if u != (Usage{PromptTokens: 12, CompletionTokens: 2, CachedTokens: 8, CachedReported: true, Present: true}) {
 			t.Fatalf("split %d: usage %+v", split, u)
 		}
 	}
@@ -74,7 +74,7 @@ func TestAnthropicUsageMerge(t *testing.T) {
 	tr := NewTracker(true, 0)
 	tr.Write([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"cache_read_input_tokens\":4,\"output_tokens\":1}}}\n\n"))
 	tr.Write([]byte("event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n"))
-	if u := tr.Finish(); u != (Usage{PromptTokens: 9, CompletionTokens: 7, CachedTokens: 4, Present: true}) {
+	if u := tr.Finish(); u != (Usage{PromptTokens: 9, CompletionTokens: 7, CachedTokens: 4, CachedReported: true, Present: true}) {
 		t.Fatalf("%+v", u)
 	}
 }
@@ -113,7 +113,7 @@ func TestJSONBody(t *testing.T) {
 	if tr.Write([]byte(body[:30])) || tr.Write([]byte(body[30:])) {
 		t.Fatal("JSON bodies report no first token")
 	}
-	if u := tr.Finish(); u != (Usage{PromptTokens: 20, CompletionTokens: 3, CachedTokens: 16, Present: true}) {
+	if u := tr.Finish(); u != (Usage{PromptTokens: 20, CompletionTokens: 3, CachedTokens: 16, CachedReported: true, Present: true}) {
 		t.Fatalf("%+v", u)
 	}
 	tr = NewTracker(false, 64)
@@ -130,5 +130,22 @@ func TestJSONBody(t *testing.T) {
 	tr.Write([]byte(`not json`))
 	if u := tr.Finish(); u.Present {
 		t.Fatal("invalid JSON: no usage")
+	}
+}
+
+// BenchmarkTrackerStream feeds a 256-event chat stream (vLLM's chunk shape, one event
+// per chunk) through a tracker: the per-response cost of SSE tracking on both fronts.
+func BenchmarkTrackerStream(b *testing.B) {
+	ev := []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n")
+	last := []byte("data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":256}}\n\ndata: [DONE]\n\n")
+	b.SetBytes(int64(256*len(ev) + len(last)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tr := NewTracker(true, 0)
+		for i := 0; i < 256; i++ {
+			tr.Write(ev)
+		}
+		tr.Write(last)
+		tr.Finish()
 	}
 }

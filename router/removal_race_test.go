@@ -38,18 +38,20 @@ func (firstPolicy) Pick(*scoring.Input, []scoring.Candidate) scoring.Decision {
 	return scoring.Decision{Index: 0, Reason: "first"}
 }
 
-// specIndex records Speculate calls and forgets a worker on RemoveWorker.
+// specIndex records Book calls and forgets a worker on RemoveWorker.
 type specIndex struct {
 	mu   sync.Mutex
 	spec map[string]int
 }
 
 func (x *specIndex) Lookup(_ []kvindex.Key, dst []kvindex.Match) []kvindex.Match { return dst }
-func (x *specIndex) Speculate(w string, keys []kvindex.Key) {
+func (x *specIndex) Book(w string, keys []kvindex.Key) kvindex.Booking {
 	x.mu.Lock()
 	x.spec[w] += len(keys)
 	x.mu.Unlock()
+	return kvindex.Booking{}
 }
+func (x *specIndex) Withdraw(kvindex.Booking) int { return 0 }
 func (x *specIndex) RemoveWorker(w string) {
 	x.mu.Lock()
 	delete(x.spec, w)

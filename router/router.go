@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
@@ -32,14 +34,25 @@ type Model struct {
 	// Base is the base model for a LoRA adapter name; "" when Name is a base model.
 	// Block keys of an adapter live in the namespace (Base, Name).
 	Base string
+	// MaxModelLen is the model's context length in tokens (vLLM --max-model-len); 0
+	// unknown. It caps the prompt tokens considered for routing (Options.MaxPromptTokens).
+	MaxModelLen int
 }
+
+// DefaultMaxPromptTokens caps the prompt tokens considered for routing of a model
+// whose context length is unknown: 131,072 tokens (128 Ki, the longest context of the
+// common open models), 8,192 blocks at block size 16.
+const DefaultMaxPromptTokens = 131072
 
 // PrefixIndex is the part of the KV index the router uses. *kvindex.Index implements it.
 type PrefixIndex interface {
 	// Lookup appends each worker's cached leading prefix for keys to dst.
 	Lookup(keys []kvindex.Key, dst []kvindex.Match) []kvindex.Match
-	// Speculate books keys on worker until events confirm them or they expire.
-	Speculate(worker string, keys []kvindex.Key)
+	// Book books keys on worker until events confirm them or they expire, and returns
+	// what it added; Withdraw takes that back (the request failed before the worker
+	// computed the blocks).
+	Book(worker string, keys []kvindex.Key) kvindex.Booking
+	Withdraw(b kvindex.Booking) int
 	// RemoveWorker forgets every block of worker.
 	RemoveWorker(worker string)
 }
@@ -55,16 +68,26 @@ type Options struct {
 	DefaultBlockSize int
 	// TicketTTL releases tickets still open after this long (lost responses). 0 means 10 minutes.
 	TicketTTL time.Duration
+	// MaxPromptTokens caps the prompt tokens that are hashed, looked up and booked as
+	// speculative index entries per request, for models without Model.MaxModelLen (a
+	// model's own context length caps its requests: vLLM rejects longer prompts). The
+	// prediction still sees the whole prompt length. 0 means DefaultMaxPromptTokens.
+	MaxPromptTokens int
 	Metrics   *metrics.Set     // nil: an unregistered set
 	Now       func() time.Time // nil: time.Now
 }
 
-// Error is a routing refusal with the HTTP status a front should answer with.
+// Error is a refusal with the HTTP status a front should answer with. Any part of
+// kvroute that refuses a request returns one and lets ErrorReply render it in the
+// request's API shape (OpenAI or Anthropic).
 type Error struct {
-	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed
-	Type       string // OpenAI error type
+	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed; any 4xx/5xx
+	Type       string // OpenAI error type; "" → by status (ErrorReply)
 	Message    string
 	RetryAfter time.Duration // for 429 (and 503); 0 → ErrorReply's 1 s
+	// Details is the machine-readable cause for logs and Envoy's
+	// %RESPONSE_CODE_DETAILS% (no spaces); "" → by status (ErrorReply).
+	Details string
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -76,13 +99,33 @@ type Router struct {
 	m      *metrics.Router
 	seq    atomic.Uint64
 
-	mu      sync.Mutex         // guards flights, tickets and every Ticket's state; Policy.Pick runs under it
+	// mu guards flights, tickets and every Ticket's state; under it run only the
+	// O(workers) part of a pick (Policy.Pick after Preparer.Prepare, the booking).
+	// Tokenizing, hashing, the index lookup, predictions and speculative index entries
+	// (O(prompt)) run outside it.
+	mu      sync.Mutex
 	flights map[string]*flight // worker name → bookings
 	tickets map[uint64]*Ticket // open tickets
+	pub     sync.Map           // worker name → *flight, for reads without mu
+
+	// specMu orders speculative bookings (read side, outside mu) before a removed
+	// worker's index cleanup (write side): a booking either lands before the cleanup or
+	// sees its ticket released and books nothing.
+	specMu sync.RWMutex
 }
 
+// flight is one worker's bookings. booked is guarded by Router.mu; pub is booked as
+// last published (atomics: a lock-free snapshot for Prepare, possibly stale or torn,
+// which Pick corrects under mu).
 type flight struct {
-	booked scoring.Booked
+	booked             scoring.Booked
+	pub                [4]atomic.Int64
+	inFlight, inTokens prometheus.Gauge
+}
+
+func (f *flight) snapshot() scoring.Booked {
+	return scoring.Booked{Requests: int(f.pub[0].Load()), PrefillTokens: int(f.pub[1].Load()),
+		Prefilling: int(f.pub[2].Load()), Decoding: int(f.pub[3].Load())}
 }
 
 // New returns a Router and subscribes it to the registry so that a removed worker's
@@ -105,6 +148,9 @@ func New(opt Options) *Router {
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
+	}
+	if opt.MaxPromptTokens <= 0 {
+		opt.MaxPromptTokens = DefaultMaxPromptTokens
 	}
 	r := &Router{opt: opt, models: map[string]Model{}, m: opt.Metrics.Router,
 		flights: map[string]*flight{}, tickets: map[uint64]*Ticket{}}
@@ -143,16 +189,21 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		return nil, err
 	}
 	start := time.Now()
+	r.prepolicy(in, cands)
 	r.mu.Lock()
 	// prepare ran without r.mu: a worker may have left the registry since. Its removal
 	// listener needs r.mu, so a worker still registered now is cleaned up after this
 	// booking, and one already gone must not be booked (it would re-create its flight,
 	// gauges and speculative index entries after the cleanup).
-	if cands = r.liveLocked(cands); len(cands) == 0 {
+	if r.opt.Registry.Version() != in.regVersion {
+		cands = r.liveLocked(cands)
+	}
+	if len(cands) == 0 {
 		r.mu.Unlock()
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
+		cands[i].Booked = scoring.Booked{}
 		if f := r.flights[cands[i].Worker.Name]; f != nil {
 			cands[i].Booked = f.booked
 		}
@@ -183,18 +234,20 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	}
 	f := r.flights[t.Worker]
 	if f == nil {
-		f = &flight{}
+		f = &flight{inFlight: r.m.InFlight.WithLabelValues(t.Worker), inTokens: r.m.InFlightTokens.WithLabelValues(t.Worker)}
 		r.flights[t.Worker] = f
+		r.pub.Store(t.Worker, f)
 	}
 	f.booked.Requests++
 	f.booked.Prefilling++
 	f.booked.PrefillTokens += t.prefill
+	if t.PromptTokens <= 0 {
+		f.booked.Unsized++
+	}
 	r.tickets[t.id] = t
 	r.gaugesLocked(t.Worker, f)
-	if r.opt.Index != nil && len(in.Keys) > 0 {
-		r.opt.Index.Speculate(t.Worker, in.Keys)
-	}
 	r.mu.Unlock()
+	r.book(t, in.Keys)
 	r.m.DecisionSeconds.Observe(time.Since(start).Seconds())
 	r.m.Decisions.WithLabelValues(t.Worker, d.Reason).Inc()
 	if in.PromptTokens > 0 {
@@ -227,30 +280,33 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 	if err != nil {
 		return nil, err
 	}
+	in.DryRun = true // policies decide as usual but change no state and count nothing
+	r.prepolicy(in, cands)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if cands = r.liveLocked(cands); len(cands) == 0 {
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
+		cands[i].Booked = scoring.Booked{}
 		if f := r.flights[cands[i].Worker.Name]; f != nil {
 			cands[i].Booked = f.booked
 		}
 	}
-	in.DryRun = true // policies decide as usual but change no state and count nothing
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
 }
 
 type input struct {
 	scoring.Input
-	path tokenize.Path
+	path       tokenize.Path
+	regVersion uint64 // the registry version the candidates were read at
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
 // index lookup, scraped load.
 func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOptions) (*input, []scoring.Candidate, error) {
-	ws, known := r.opt.Registry.Candidates(req.Model, nil)
+	ws, known, version := r.opt.Registry.CandidatesAt(req.Model, nil)
 	if !known {
 		if req.Model == "" {
 			r.m.Errors.WithLabelValues("no_worker").Inc()
@@ -270,7 +326,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if !ok {
 		md = Model{Name: req.Model, BlockSize: r.opt.DefaultBlockSize}
 	}
-	in := &input{Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
+	in := &input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
 		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now()}}
 	if req.API == request.APIOther {
 		in.Degraded, in.path = "not_inference", tokenize.PathNone
@@ -287,6 +343,12 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		default:
 			in.path, in.Tokens, in.PromptTokens = res.Path, res.Tokens, res.PromptTokens
 		}
+	}
+	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
+		// Routing considers the first limit tokens: what is hashed, looked up and booked
+		// is bounded per request; the prediction still sees the whole prompt length.
+		in.Tokens = in.Tokens[:limit]
+		r.m.PromptsCapped.Inc()
 	}
 	if len(in.Tokens) > 0 {
 		ns := kvindex.Namespace{Model: req.Model, CacheSalt: req.CacheSalt}
@@ -334,9 +396,66 @@ func (r *Router) liveLocked(cands []scoring.Candidate) []scoring.Candidate {
 	return out
 }
 
-func (r *Router) gaugesLocked(worker string, f *flight) {
-	r.m.InFlight.WithLabelValues(worker).Set(float64(f.booked.Requests))
-	r.m.InFlightTokens.WithLabelValues(worker).Set(float64(f.booked.PrefillTokens))
+// gaugesLocked publishes f's bookings (gauges and the lock-free snapshot) after a
+// change. Caller holds r.mu.
+func (r *Router) gaugesLocked(_ string, f *flight) {
+	b := &f.booked
+	f.pub[0].Store(int64(b.Requests))
+	f.pub[1].Store(int64(b.PrefillTokens))
+	f.pub[2].Store(int64(b.Prefilling))
+	f.pub[3].Store(int64(b.Decoding))
+	f.inFlight.Set(float64(b.Requests))
+	f.inTokens.Set(float64(b.PrefillTokens))
+}
+
+// maxPromptTokens is the number of prompt tokens routing considers for model md.
+func (r *Router) maxPromptTokens(md Model) int {
+	if md.MaxModelLen > 0 {
+		return md.MaxModelLen
+	}
+	return r.opt.MaxPromptTokens
+}
+
+// prepolicy gives each candidate its bookings as last published and lets a Preparer
+// policy do its per-candidate work, both without r.mu; Pick and Explain then redo,
+// under r.mu, only what the bookings made since invalidate.
+func (r *Router) prepolicy(in *input, cands []scoring.Candidate) {
+	sp, ok := r.opt.Policy.(scoring.Preparer)
+	if !ok {
+		return
+	}
+	for i := range cands {
+		if v, ok := r.pub.Load(cands[i].Worker.Name); ok {
+			cands[i].Booked = v.(*flight).snapshot()
+		}
+	}
+	sp.Prepare(&in.Input, cands)
+}
+
+// book adds t's speculative index entries, outside r.mu (O(prompt blocks)). A ticket
+// already released (its worker removed meanwhile) books nothing: specMu makes the
+// removal's index cleanup wait for a booking in progress.
+func (r *Router) book(t *Ticket, keys []kvindex.Key) {
+	if r.opt.Index == nil || len(keys) == 0 {
+		return
+	}
+	r.specMu.RLock()
+	defer r.specMu.RUnlock()
+	if t.released.Load() {
+		return
+	}
+	b := r.opt.Index.Book(t.Worker, keys)
+	if b.Len() > 0 {
+		t.spec.Store(&b)
+	}
+}
+
+// withdraw removes t's speculative index entries (the request failed before the worker
+// computed its blocks).
+func (r *Router) withdraw(t *Ticket) {
+	if b := t.spec.Swap(nil); b != nil && r.opt.Index != nil {
+		r.m.SpecWithdrawn.Add(float64(r.opt.Index.Withdraw(*b)))
+	}
 }
 
 // Sweep releases tickets older than TicketTTL and returns how many it released.
@@ -350,7 +469,7 @@ func (r *Router) Sweep() int {
 		}
 	}
 	for _, t := range expired {
-		r.releaseLocked(t)
+		r.releaseLocked(t, response.OutcomeExpired)
 	}
 	r.mu.Unlock()
 	if n := len(expired); n > 0 {
@@ -437,11 +556,12 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 	r.mu.Lock()
 	for _, t := range r.tickets {
 		if t.Worker == w.Name {
-			r.releaseLocked(t)
+			r.releaseLocked(t, response.OutcomeAborted)
 			n++
 		}
 	}
 	delete(r.flights, w.Name)
+	r.pub.Delete(w.Name)
 	r.m.InFlight.DeleteLabelValues(w.Name)
 	r.m.InFlightTokens.DeleteLabelValues(w.Name)
 	r.mu.Unlock()
@@ -449,7 +569,9 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 		r.m.TicketsReleased.WithLabelValues("worker_removed").Add(float64(n))
 	}
 	if r.opt.Index != nil {
+		r.specMu.Lock() // a booking in progress lands first; later ones see their ticket released
 		r.opt.Index.RemoveWorker(w.Name)
+		r.specMu.Unlock()
 	}
 }
 
@@ -480,6 +602,10 @@ type Ticket struct {
 	// guarded by r.mu
 	firstAt time.Time
 	ended   bool
+	outcome response.Outcome // set when ended (outcome.go)
+
+	released atomic.Bool                     // ended (set under r.mu), read without it
+	spec     atomic.Pointer[kvindex.Booking] // speculative entries booked for it; nil none
 }
 
 // FirstToken records that the first generated token reached kvroute at time at (zero
@@ -499,6 +625,9 @@ func (t *Ticket) FirstToken(at time.Time) {
 	if f := r.flights[t.Worker]; f != nil {
 		f.booked.Prefilling--
 		f.booked.PrefillTokens -= t.prefill
+		if t.PromptTokens <= 0 {
+			f.booked.Unsized--
+		}
 		f.booked.Decoding++
 		r.gaugesLocked(t.Worker, f)
 	}
@@ -512,30 +641,17 @@ func (t *Ticket) FirstToken(at time.Time) {
 }
 
 // Done records completion (end of stream, trailers, or a complete non-streamed body)
-// at time at (zero → now) with the upstream status and the usage the engine reported.
+// at time at (zero → now) with the upstream status and the usage the engine reported,
+// classified on the status alone (response.StatusOutcome). Fronts that track the body
+// call Complete with the body's outcome instead.
 func (t *Ticket) Done(status int, usage response.Usage, at time.Time) {
-	r := t.r
-	if at.IsZero() {
-		at = r.opt.Now()
-	}
-	if !r.end(t, "done") {
-		return
-	}
-	e2e := at.Sub(t.Start)
-	r.m.E2ESeconds.WithLabelValues(t.Worker).Observe(e2e.Seconds())
-	if l, ok := r.opt.Policy.(scoring.Learner); ok {
-		var ttft time.Duration
-		if fa := t.firstAtLocked(); !fa.IsZero() {
-			ttft = fa.Sub(t.Start)
-		}
-		l.Observe(t.observation(ttft, e2e, usage, status))
-	}
+	t.Complete(response.Result{Status: status, Usage: usage, Outcome: response.StatusOutcome(status)}, at)
 }
 
 // Abort releases the booking without learning (client went away, upstream reset,
-// stream cancelled).
+// stream cancelled): outcome aborted.
 func (t *Ticket) Abort() {
-	t.r.end(t, "abort")
+	t.AbortWith(response.OutcomeAborted)
 }
 
 func (t *Ticket) firstAtLocked() time.Time {
@@ -544,24 +660,29 @@ func (t *Ticket) firstAtLocked() time.Time {
 	return t.firstAt
 }
 
-func (r *Router) end(t *Ticket, how string) bool {
+// end ends t with outcome o and reports true, or reports false and the outcome t
+// already ended with.
+func (r *Router) end(t *Ticket, how string, o response.Outcome) (response.Outcome, bool) {
 	r.mu.Lock()
 	if t.ended {
+		o = t.outcome
 		r.mu.Unlock()
-		return false
+		return o, false
 	}
-	r.releaseLocked(t)
+	r.releaseLocked(t, o)
 	r.mu.Unlock()
 	r.m.TicketsReleased.WithLabelValues(how).Inc()
-	return true
+	return o, true
 }
 
-// releaseLocked removes t's booking. Caller holds r.mu and counts the release.
-func (r *Router) releaseLocked(t *Ticket) {
+// releaseLocked removes t's booking, recording outcome o. Caller holds r.mu and counts
+// the release.
+func (r *Router) releaseLocked(t *Ticket, o response.Outcome) {
 	if t.ended {
 		return
 	}
-	t.ended = true
+	t.ended, t.outcome = true, o
+	t.released.Store(true)
 	delete(r.tickets, t.id)
 	f := r.flights[t.Worker]
 	if f == nil {
@@ -571,6 +692,9 @@ func (r *Router) releaseLocked(t *Ticket) {
 	if t.firstAt.IsZero() {
 		f.booked.Prefilling--
 		f.booked.PrefillTokens -= t.prefill
+		if t.PromptTokens <= 0 {
+			f.booked.Unsized--
+		}
 	} else {
 		f.booked.Decoding--
 	}
@@ -579,5 +703,5 @@ func (r *Router) releaseLocked(t *Ticket) {
 
 func (t *Ticket) observation(ttft, e2e time.Duration, u response.Usage, status int) scoring.Observation {
 	return scoring.Observation{Worker: t.Worker, PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens,
-		Booked: t.booked, Load: t.load, Predicted: t.Predicted, TTFT: ttft, E2E: e2e, Usage: u, Status: status}
+		Booked: t.booked, Load: t.load, Predicted: t.Predicted, Start: t.Start, TTFT: ttft, E2E: e2e, Usage: u, Status: status}
 }

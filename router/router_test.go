@@ -65,7 +65,7 @@ func newFixture(t testing.TB, n int, ttl time.Duration) *fixture {
 	return f
 }
 
-var chat = &request.Request{API: request.APIChat, Model: "m", Messages: []map[string]any{{"role": "user", "content": "x"}}}
+var chat = &request.Request{API: request.APIChat, Model: "m", Messages: request.MessagesOf([]map[string]any{{"role": "user", "content": "x"}})}
 
 func (f *fixture) booked(name string) scoring.Booked {
 	ws, _ := f.r.Snapshot()
@@ -273,10 +273,10 @@ func TestErrorReply(t *testing.T) {
 		{fmt.Errorf("%w: dial tcp 127.0.0.1:8009: connect: connection refused", ErrUpstream), 502, "", "kvroute_upstream_error"},
 		{context.Canceled, 503, "", "kvroute_cancelled"},
 		{errors.New("boom"), 500, "", "kvroute_internal_error"},
-		{&Error{Status: 200, Message: "odd"}, 500, "", "kvroute_no_healthy_worker"},
+		{&Error{Status: 200, Message: "odd"}, 500, "", "kvroute_internal_error"},
 	}
 	for _, c := range cases {
-		r := ErrorReply(c.err)
+		r := ErrorReply(request.APIChat, c.err)
 		if r.Status != c.status || r.Details != c.details {
 			t.Errorf("%v: %d %s, want %d %s", c.err, r.Status, r.Details, c.status, c.details)
 		}

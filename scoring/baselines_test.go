@@ -62,7 +62,7 @@ func TestLeastRequest(t *testing.T) {
 
 func chat(text string) *Input {
 	in := input(len(text) / 4)
-	in.Request = &request.Request{API: request.APIChat, Model: "m", Messages: []map[string]any{{"role": "user", "content": text}}}
+	in.Request = &request.Request{API: request.APIChat, Model: "m", Messages: request.MessagesOf([]map[string]any{{"role": "user", "content": text}})}
 	return in
 }
 
@@ -194,9 +194,9 @@ func TestRadixTree(t *testing.T) {
 }
 
 func TestPromptText(t *testing.T) {
-	in := &Input{Request: &request.Request{System: "sys", Messages: []map[string]any{
+	in := &Input{Request: &request.Request{System: request.StringValue("sys"), Messages: request.MessagesOf([]map[string]any{
 		{"role": "user", "content": []any{map[string]any{"type": "text", "text": "hi"}, map[string]any{"type": "image_url"}}},
-	}}}
+	})}}
 	if got := PromptText(in); got != "sys\nuser: hi<image_url>\n" {
 		t.Fatalf("chat text %q", got)
 	}

@@ -12,8 +12,10 @@
 //	          + θ₂·Q/ρ_w                                   prefill queued ahead (FCFS)
 //	          + θ₄·R·max(1,(Q+U)/B)·δ                      decode interference
 //
-//	U = prompt − cached (cached capped at prompt−1: vLLM always recomputes the last token)
-//	Q = booked uncached tokens + w_age·max(0, waiting − booked prefilling)·F_w
+//	U = prompt − cached (cached capped at prompt−1: vLLM always recomputes the last token,
+//	    less what the queue's writes evict before the request is scheduled, overload.go)
+//	Q = min(booked uncached tokens, backlog) + unsized bookings·F_w
+//	    + w_age·max(0, waiting − booked prefilling)·F_w
 //	R = booked decoding + w_age·max(0, running − booked requests)
 //	w_age = 0.5^(age of the scrape / load_half_life)
 //
@@ -22,7 +24,8 @@
 // requests on w, standing in for requests kvroute did not route. θ (one factor per
 // term, 1 = the prior) is learned per worker by recursive least squares with
 // forgetting on the relative error (learn.go), residuals clipped, covariance bounded,
-// θ clamped to [1/clamp_factor, clamp_factor].
+// θ clamped to [1/clamp_factor, clamp_factor], and shrunk toward the pool's factors
+// (empirical Bayes, decaying back to them while unobserved; pool.go).
 //
 // Sources. The queue term follows vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py:
 // running requests are scheduled first, one decode token each, then waiting requests
@@ -39,8 +42,11 @@
 //
 // # The pick
 //
-// The lowest predicted TTFT wins. Predictions within the near-tie margin (default 10 %,
-// about the spread of learned factors between identical workers) are broken by what the
+// The lowest cost wins: the predicted TTFT plus, when the cluster is loaded, the delay
+// the pick's prefill imposes on later requests, κ·θ₁·U/ρ_w with κ = ρ/(1−ρ) of the
+// cluster's offered prefill utilization ρ (overload.go; README "Overload"). Costs
+// within the near-tie margin (default 10 %, about the spread of learned factors between
+// identical workers) are broken by what the
 // TTFT of this request does not show, its cost to later ones: the least prefill work
 // for this request (a prefix cached or being prefilled more than one engine step ahead
 // is not recomputed elsewhere: vLLM v1 caches a block only once computed,

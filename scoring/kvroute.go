@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/workers"
@@ -24,14 +25,20 @@ type Predictor struct {
 
 	mu      sync.RWMutex
 	workers map[string]*workerModel // guarded by mu
+	pool    poolState               // guarded by mu
 }
 
 // workerModel is what the predictor knows about one worker.
 type workerModel struct {
-	prior         prior   // the prior the factors are relative to; a changed profile resets them
-	est           *rls    // factors θ
-	foreignTokens float64 // EWMA of uncached prompt tokens of requests routed here
-	writes        decayed // uncached prompt tokens routed here, decayed by WriteHalfLife
+	prior         prior     // the prior the factors are relative to; a changed profile resets them
+	est           *rls      // the worker's own factors θ_w (pool.go shrinks them toward the pool's)
+	s2            float64   // EWMA of squared relative residuals (the noise of est)
+	lastObs       time.Time // when est last learned (Input.Now of the pick it learned from)
+	foreignTokens float64   // EWMA of uncached prompt tokens of requests routed here
+	writes        decayed   // uncached prompt tokens routed here, decayed by WriteHalfLife
+	backlog       backlog   // remaining prefill of our bookings here, tokens (overload.go)
+	firstTokens   recent    // when our requests here left the waiting queue (first token)
+	finished      recent    // when our requests here finished
 }
 
 // foreignAlpha is the EWMA weight of one request in foreignTokens (≈ last 20 requests).
@@ -45,7 +52,11 @@ func NewPredictor(o Options, learn bool) *Predictor {
 	if !learn {
 		name = PolicyKVRouteStatic
 	}
-	return &Predictor{name: name, o: o, learn: learn, m: o.Metrics, workers: map[string]*workerModel{}}
+	return &Predictor{name: name, o: o, learn: learn, m: o.Metrics, workers: map[string]*workerModel{}, pool: poolState{est: newRLS()}}
+}
+
+func (p *Predictor) newWorkerModel(pr prior) *workerModel {
+	return &workerModel{prior: pr, est: newRLS(), s2: s2Prior, foreignTokens: float64(p.o.ForeignRequestTokens)}
 }
 
 // Name implements Policy.
@@ -55,32 +66,73 @@ func (p *Predictor) Name() string { return p.name }
 func (p *Predictor) Predict(in *Input, c *Candidate) Prediction {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	pred, _ := p.predictLocked(in, c)
+	pred, _ := p.predictLocked(in, c, nil)
 	return pred
 }
 
-// predictLocked predicts with the worker's factors; fresh reports that the worker has
-// no model for its current prior yet (first sight, or its profile changed).
-func (p *Predictor) predictLocked(in *Input, c *Candidate) (_ Prediction, fresh bool) {
+// candState is what one pick computed about a candidate besides its prediction.
+type candState struct {
+	cached  int               // cached tokens after the wait's evictions
+	prefill float64           // seconds of prefill compute this request adds there (θ₁·U/ρ)
+	rate    float64           // learned prefill rate, tokens/s
+	theta   [NumTerms]float64 // effective factors
+}
+
+// predictLocked predicts with the worker's effective factors (p.mu held); fresh
+// reports that the worker has no model for its current prior yet (first sight, or its
+// profile changed). st, when non-nil, receives the pick's by-products.
+func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Prediction, fresh bool) {
 	pr := priorFor(&p.o, c)
-	theta, foreign := &unitTheta, float64(p.o.ForeignRequestTokens)
-	fresh = true
+	var wm *workerModel
 	if c.Worker != nil {
-		if wm := p.workers[c.Worker.Name]; wm != nil && wm.prior == pr {
-			theta, foreign, fresh = &wm.est.theta, wm.foreignTokens, false
+		if m := p.workers[c.Worker.Name]; m != nil && m.prior == pr {
+			wm = m
 		}
 	}
-	return predict(features(&p.o, in, c, pr, foreign), theta), fresh
+	fresh = wm == nil
+	theta := unitTheta
+	v := workerView{foreignTokens: float64(p.o.ForeignRequestTokens), backlog: -1}
+	if p.learn {
+		theta = p.effective(wm, in.Now)
+	}
+	rate := pr.prefillRate / max(theta[TermPrefill], 1e-9)
+	if wm != nil {
+		v.foreignTokens = wm.foreignTokens
+		v.backlog = wm.backlog.at(in.Now, rate)
+		v.leftWaiting = wm.firstTokens.since(c.Load.ScrapedAt)
+		v.leftRunning = wm.finished.since(c.Load.ScrapedAt)
+	}
+	f, cached := features(&p.o, in, c, pr, v)
+	if st != nil {
+		*st = candState{cached: cached, prefill: theta[TermPrefill] * f[TermPrefill], rate: rate, theta: theta}
+	}
+	return predict(f, &theta), fresh
+}
+
+// utilLocked is the cluster's offered prefill utilization over the candidates: the
+// prefill seconds of the uncached tokens routed to them recently (decayed writes, at
+// each worker's learned rate) over the candidates' capacity in the same window.
+func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) float64 {
+	work := 0.0
+	for i := range cands {
+		if c := &cands[i]; c.Worker != nil {
+			if wm := p.workers[c.Worker.Name]; wm != nil && st[i].rate > 0 {
+				work += wm.writes.at(in.Now, p.o.WriteHalfLife) / st[i].rate
+			}
+		}
+	}
+	return work / (float64(len(cands)) * windowSeconds(p.o.WriteHalfLife))
 }
 
 // Pick implements Policy: predictions for every candidate, then choose (picker.go).
 func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 	preds := make([]Prediction, len(cands))
+	st := make([]candState, len(cands))
 	var fresh []int
 	p.mu.RLock()
 	for i := range cands {
 		var f bool
-		if preds[i], f = p.predictLocked(in, &cands[i]); f && cands[i].Worker != nil {
+		if preds[i], f = p.predictAt(in, cands, i, &st[i]); f && cands[i].Worker != nil {
 			fresh = append(fresh, i)
 		}
 	}
@@ -92,12 +144,13 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		for _, i := range fresh {
 			pr := priorFor(&p.o, &cands[i])
 			if wm := p.workers[cands[i].Worker.Name]; wm == nil || wm.prior != pr {
-				p.workers[cands[i].Worker.Name] = &workerModel{prior: pr, est: newRLS(), foreignTokens: float64(p.o.ForeignRequestTokens)}
+				p.workers[cands[i].Worker.Name] = p.newWorkerModel(pr)
 			}
 		}
 		p.mu.Unlock()
 	}
 	writes := make([]float64, len(cands))
+	var pool [NumTerms]float64
 	p.mu.RLock()
 	for i := range cands {
 		if c := &cands[i]; c.Worker != nil {
@@ -106,13 +159,37 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 			}
 		}
 	}
+	util := p.utilLocked(in, cands, st)
+	pool = p.pool.est.theta
 	p.mu.RUnlock()
-	d := choose(&p.o, in, cands, preds, writes)
+	k := congestion(&p.o, util)
+	cost := make([]time.Duration, len(cands))
+	for i := range cost {
+		cost[i] = preds[i].TTFT + time.Duration(k*st[i].prefill*float64(time.Second))
+	}
+	d := choose(&p.o, in, cands, preds, cost, st, writes)
+	if p.learn && p.o.ExploreFraction > 0 && len(cands) > 1 && !d.Shed && d.Reason != ReasonDegraded && d.Reason != ReasonSLO &&
+		p.o.Rand.Float64() < p.o.ExploreFraction {
+		// Exploration: decide as the pool's model would (every worker at the pool's
+		// factors), so a worker whose own factors shut it out is still observed. It
+		// counts as exploration only where it leaves the near-ties of the own-factor cost.
+		ex := make([]time.Duration, len(cands))
+		for i := range ex {
+			pp := predict(preds[i].Features, &pool)
+			ex[i] = pp.TTFT + time.Duration(k*pool[TermPrefill]*preds[i].Features[TermPrefill]*float64(time.Second))
+		}
+		if e := choose(&p.o, in, cands, preds, ex, st, writes); !e.Shed && e.Index >= 0 &&
+			cost[e.Index] > cost[d.Index]+max(time.Duration(float64(cost[d.Index])*p.o.TieMargin), p.o.TieMarginMin) {
+			d.Index, d.Reason = e.Index, ReasonExplore
+		}
+	}
 	if !in.DryRun && !d.Shed && d.Index >= 0 && cands[d.Index].Worker != nil {
-		u := float64(max(in.PromptTokens-cands[d.Index].CachedTokens, 0))
+		c := &cands[d.Index]
+		u := float64(max(in.PromptTokens-c.CachedTokens, 0))
 		p.mu.Lock()
-		if wm := p.workers[cands[d.Index].Worker.Name]; wm != nil {
+		if wm := p.workers[c.Worker.Name]; wm != nil {
 			wm.writes.add(u, in.Now, p.o.WriteHalfLife)
+			wm.backlog.add(float64(max(in.PromptTokens-st[d.Index].cached, 0)), c.Booked.PrefillTokens, in.Now, st[d.Index].rate)
 		}
 		p.mu.Unlock()
 	}
@@ -149,7 +226,8 @@ type Coefficients struct {
 	Observations           int
 	OverheadSeconds        float64
 	PrefillTokensPerSecond float64
-	Factors                [NumTerms]float64 // θ per term, 1 = prior
+	Factors                [NumTerms]float64 // effective θ per term (shrunk toward the pool's), 1 = prior
+	Own                    [NumTerms]float64 // the worker's own estimate θ_w before shrinkage
 	ForeignRequestTokens   float64
 }
 
@@ -161,19 +239,22 @@ func (p *Predictor) Coefficients(worker string) (c Coefficients, ok bool) {
 	if wm == nil {
 		return c, false
 	}
-	return wm.coefficients(), true
+	return p.coefficientsLocked(wm), true
 }
 
-func (wm *workerModel) coefficients() Coefficients {
-	th := wm.est.theta
+// coefficientsLocked returns wm's effective (pool-shrunk) model as of its last
+// observation.
+func (p *Predictor) coefficientsLocked(wm *workerModel) Coefficients {
+	th := p.effective(wm, wm.lastObs)
 	return Coefficients{Observations: wm.est.n, OverheadSeconds: th[TermOverhead] * wm.prior.overhead,
-		PrefillTokensPerSecond: wm.prior.prefillRate / th[TermPrefill], Factors: th, ForeignRequestTokens: wm.foreignTokens}
+		PrefillTokensPerSecond: wm.prior.prefillRate / th[TermPrefill], Factors: th, Own: wm.est.theta, ForeignRequestTokens: wm.foreignTokens}
 }
 
 // Observe implements Learner: the first-token report (TTFT>0, E2E==0) of a request this
 // policy predicted teaches the worker's factors; the completion report (E2E>0) with
 // usage exports the index-vs-engine cached-tokens drift.
 func (p *Predictor) Observe(o Observation) {
+	p.recordLeft(o)
 	if o.E2E > 0 {
 		observeUsage(p.m, o)
 		return
@@ -196,17 +277,34 @@ func (p *Predictor) Observe(o Observation) {
 	if !p.learn {
 		return
 	}
+	if o.PromptTokens <= 0 {
+		// A token-less (degraded) pick: its prefill is unknown, so the observed TTFT
+		// identifies none of the terms — learning it would teach the prefill-free terms
+		// (overhead, queue) the whole prefill and shut the worker out.
+		p.count(o.Worker, "skipped")
+		return
+	}
 	p.mu.Lock()
 	wm := p.workers[o.Worker]
 	if wm == nil { // picked before this predictor existed: assume the default prior
-		wm = &workerModel{prior: priorFor(&p.o, &Candidate{}), est: newRLS(), foreignTokens: float64(p.o.ForeignRequestTokens)}
+		wm = p.newWorkerModel(priorFor(&p.o, &Candidate{}))
 		p.workers[o.Worker] = wm
 	}
 	if u := o.PromptTokens - o.CachedTokens; u > 0 {
 		wm.foreignTokens += foreignAlpha * (float64(u) - wm.foreignTokens)
 	}
-	clipped := wm.est.update(f, y, p.o.Forgetting, p.o.ResidualClip, p.o.ClampFactor)
-	c := wm.coefficients()
+	at := o.Start.Add(o.TTFT)
+	if !o.Start.IsZero() {
+		p.ageLocked(wm, at)
+	}
+	e, clipped := wm.est.update(f, y, p.o.Forgetting, p.o.ResidualClip, p.o.ClampFactor)
+	p.pool.est.update(f, y, p.o.Forgetting, p.o.ResidualClip, p.o.ClampFactor)
+	wm.s2 += s2Alpha * (e*e - wm.s2)
+	if !o.Start.IsZero() && at.After(wm.lastObs) {
+		wm.lastObs = at
+	}
+	p.updateTau2Locked()
+	c := p.coefficientsLocked(wm)
 	p.mu.Unlock()
 	if clipped {
 		p.count(o.Worker, "clipped")
@@ -224,6 +322,24 @@ func (p *Predictor) Observe(o Observation) {
 	}
 }
 
+// recordLeft notes when one of our requests left the worker's waiting queue (first
+// token) or its running set (completion), so that a scrape taken before does not count
+// it as someone else's request (features: only waiting/running beyond ours is foreign).
+func (p *Predictor) recordLeft(o Observation) {
+	if o.Worker == "" || o.Start.IsZero() {
+		return
+	}
+	p.mu.Lock()
+	if wm := p.workers[o.Worker]; wm != nil {
+		if o.E2E > 0 {
+			wm.finished.add(o.Start.Add(o.E2E))
+		} else if o.TTFT > 0 {
+			wm.firstTokens.add(o.Start.Add(o.TTFT))
+		}
+	}
+	p.mu.Unlock()
+}
+
 func (p *Predictor) count(worker, result string) {
 	if p.m != nil {
 		p.m.Observations.WithLabelValues(worker, result).Inc()
@@ -232,10 +348,11 @@ func (p *Predictor) count(worker, result string) {
 
 // observeUsage exports the drift between the index's predicted cached tokens and the
 // engine's usage.prompt_tokens_details.cached_tokens. vLLM omits cached_tokens when it
-// is zero (and without --enable-prompt-tokens-details), so only reports with
-// cached_tokens > 0 are compared.
+// is zero (and without --enable-prompt-tokens-details): an absent or null count is no
+// evidence and is not compared; an explicit number is, 0 included (an explicit 0
+// against a prediction of N > 0 is index_over).
 func observeUsage(m *metrics.Scoring, o Observation) {
-	if m == nil || !o.Usage.Present || o.Usage.CachedTokens <= 0 {
+	if m == nil || !o.Usage.CachedReported {
 		return
 	}
 	d := o.Usage.CachedTokens - o.CachedTokens

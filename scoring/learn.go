@@ -34,8 +34,14 @@ func newRLS() *rls {
 }
 
 // update learns from one observation: features z (seconds under the prior) and the
-// observed TTFT y (seconds, > 0). It reports whether the residual was clipped.
-func (r *rls) update(z Features, y, lambda, clip, clampFactor float64) (clipped bool) {
+// observed TTFT y (seconds, > 0). It returns the relative residual used (after
+// clipping) and whether it was clipped.
+//
+// Only the terms the observation identifies move: a term whose feature is zero (no
+// queue ahead, no running decodes, no lower-tier hit) keeps its factor, although RLS
+// would move it through its covariance with the excited terms — that correlation is
+// what let identical workers' factors drift apart on terms they rarely saw.
+func (r *rls) update(z Features, y, lambda, clip, clampFactor float64) (e float64, clipped bool) {
 	var phi [NumTerms]float64
 	for i := range phi {
 		phi[i] = z[i] / y
@@ -44,7 +50,7 @@ func (r *rls) update(z Features, y, lambda, clip, clampFactor float64) (clipped 
 	for i := range phi {
 		pred += r.theta[i] * phi[i]
 	}
-	e := 1 - pred
+	e = 1 - pred
 	if e > clip {
 		e, clipped = clip, true
 	} else if e < -clip {
@@ -61,9 +67,12 @@ func (r *rls) update(z Features, y, lambda, clip, clampFactor float64) (clipped 
 		den += phi[i] * pphi[i]
 	}
 	if den <= 0 || math.IsNaN(den) || math.IsInf(den, 0) {
-		return clipped
+		return e, clipped
 	}
 	for i := range r.theta {
+		if phi[i] == 0 {
+			continue
+		}
 		k := pphi[i] / den
 		r.theta[i] += k * e
 	}
@@ -91,5 +100,5 @@ func (r *rls) update(z Features, y, lambda, clip, clampFactor float64) (clipped 
 		r.theta[i] = min(max(r.theta[i], lo), hi)
 	}
 	r.n++
-	return clipped
+	return e, clipped
 }

@@ -158,8 +158,8 @@ func TestObserveSkipsWhatItCannotLearn(t *testing.T) {
 	in := input(1000)
 	c := cand("a", 0, 0)
 	pred := p.Pick(in, []Candidate{c}).Predictions[0]
-	p.Observe(Observation{Worker: "a", Predicted: pred, TTFT: time.Second})
-	p.Observe(Observation{Worker: "a", Predicted: pred, TTFT: time.Second, E2E: 3 * time.Second})
+	p.Observe(Observation{Worker: "a", PromptTokens: 1000, Predicted: pred, TTFT: time.Second})
+	p.Observe(Observation{Worker: "a", PromptTokens: 1000, Predicted: pred, TTFT: time.Second, E2E: 3 * time.Second})
 	if co, _ := p.Coefficients("a"); co.Observations != 1 {
 		t.Fatalf("learned %d times from one request, want 1", co.Observations)
 	}
@@ -177,10 +177,13 @@ func TestProfileChangeRestartsLearning(t *testing.T) {
 	in := input(1000)
 	c := cand("a", 0, 0)
 	pred := p.Pick(in, []Candidate{c}).Predictions[0]
-	p.Observe(Observation{Worker: "a", Predicted: pred, TTFT: 2 * pred.TTFT})
+	p.Observe(Observation{Worker: "a", PromptTokens: 1000, Predicted: pred, TTFT: 2 * pred.TTFT})
 	c.Worker.Profile.PrefillTokensPerSecond = 10000
 	p.Pick(in, []Candidate{c})
-	if co, _ := p.Coefficients("a"); co.Observations != 0 || co.PrefillTokensPerSecond != 10000 {
+	// The worker's own estimate restarts at the new prior; what the pool learned (how far
+	// priors are off in general) still applies to it.
+	if co, _ := p.Coefficients("a"); co.Observations != 0 || co.Own != unitTheta ||
+		math.Abs(co.PrefillTokensPerSecond-10000/co.Factors[TermPrefill]) > 1e-6 {
 		t.Fatalf("a new profile must restart the worker's model from it, got %+v", co)
 	}
 }
@@ -188,16 +191,17 @@ func TestProfileChangeRestartsLearning(t *testing.T) {
 func TestCachedTokensDrift(t *testing.T) {
 	ms := metrics.NewUnregistered().Scoring
 	p := NewPredictor(Options{Rand: seeded(1), Metrics: ms}, true)
-	done := func(index, engine int) {
+	done := func(index, engine int, reported bool) {
 		p.Observe(Observation{Worker: "a", CachedTokens: index, E2E: time.Second, TTFT: 100 * time.Millisecond,
-			Usage: response.Usage{Present: true, PromptTokens: 4000, CachedTokens: engine}})
+			Usage: response.Usage{Present: true, PromptTokens: 4000, CachedTokens: engine, CachedReported: reported}})
 	}
-	done(1024, 512)  // index promised more
-	done(0, 256)     // engine reused what the index did not know
-	done(2048, 2048) // agree
-	done(1024, 0)    // vLLM omits zero cached_tokens: no information
-	if got := testutil.ToFloat64(ms.CachedTokensMismatch.WithLabelValues("index_over")); got != 1 {
-		t.Fatalf("index_over = %v, want 1", got)
+	done(1024, 512, true)  // index promised more
+	done(0, 256, true)     // engine reused what the index did not know
+	done(2048, 2048, true) // agree
+	done(1024, 0, false)   // absent (vLLM without --enable-prompt-tokens-details, or zero): no information
+	done(1024, 0, true)    // an explicit 0 against a prediction of 1024: the index promised more
+	if got := testutil.ToFloat64(ms.CachedTokensMismatch.WithLabelValues("index_over")); got != 2 {
+		t.Fatalf("index_over = %v, want 2 (an explicit 0 is evidence, absent is not)", got)
 	}
 	if got := testutil.ToFloat64(ms.CachedTokensMismatch.WithLabelValues("index_under")); got != 1 {
 		t.Fatalf("index_under = %v, want 1", got)
@@ -212,7 +216,7 @@ func TestWorkerRemovedForgetsModelAndSeries(t *testing.T) {
 	p := NewPredictor(Options{Rand: seeded(1), Metrics: ms}, true)
 	c := cand("a", 0, 0)
 	pred := p.Pick(input(1000), []Candidate{c}).Predictions[0]
-	p.Observe(Observation{Worker: "a", Predicted: pred, TTFT: time.Second})
+	p.Observe(Observation{Worker: "a", PromptTokens: 1000, Predicted: pred, TTFT: time.Second})
 	if testutil.CollectAndCount(ms.PrefillRate) != 1 {
 		t.Fatal("setup: gauge missing")
 	}

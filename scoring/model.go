@@ -70,14 +70,31 @@ func loadWeight(scrapedAt, now time.Time, halfLife time.Duration) float64 {
 	return math.Exp2(-float64(age) / float64(halfLife))
 }
 
-// features computes one candidate's terms under prior p. foreignTokens is the
-// expected uncached size of a waiting request kvroute did not book (learned per worker).
-func features(o *Options, in *Input, c *Candidate, p prior, foreignTokens float64) Features {
+// workerView is what the predictor keeps about one worker that the terms need besides
+// the candidate itself.
+type workerView struct {
+	// foreignTokens is the expected uncached size of a request whose size kvroute does
+	// not know (scraped waiting requests it did not route, token-less bookings), tokens.
+	foreignTokens float64
+	// backlog is the remaining prefill work of kvroute's booked requests on the worker,
+	// tokens (Lindley recursion, overload.go); < 0 unknown (booked tokens count in full).
+	backlog float64
+	// leftWaiting and leftRunning count our requests on the worker that got their first
+	// token / finished after its last scrape: the scrape still counts them waiting /
+	// running, but they are neither ours (no longer booked so) nor foreign.
+	leftWaiting, leftRunning int
+}
+
+// features computes one candidate's terms under prior p, and the cached tokens the
+// prefill term counted (CachedTokens less what the queue ahead evicts, overload.go).
+func features(o *Options, in *Input, c *Candidate, p prior, v workerView) (Features, int) {
 	var f Features
 	f[TermOverhead] = p.overhead
 
+	queueTok := queueTokens(o, in, c, v)
 	prompt := max(in.PromptTokens, 0)
 	cached := min(max(c.CachedTokens, 0), prompt)
+	cached = keptAfterWait(in, c, cached, queueTok)
 	uncached := float64(prompt - cached)
 	f[TermPrefill] = uncached / p.prefillRate
 
@@ -92,34 +109,14 @@ func features(o *Options, in *Input, c *Candidate, p prior, foreignTokens float6
 		}
 	}
 
-	// Queue: vLLM v1's scheduler serves the waiting queue FCFS (vllm/v1/core/sched/
-	// scheduler.py: running requests first, then waiting ones in order), so every
-	// uncached token queued ahead is prefilled before ours. Our own bookings are exact;
-	// the scraped waiting count adds requests we did not route, at their expected size,
-	// discounted by the scrape's age. Bookings made after the scrape are not double
-	// counted: only waiting requests beyond our prefilling bookings are foreign.
-	//
-	// Booked tokens count in full although the head of the queue is usually partly
-	// prefilled already. Assuming it half done (mean residual service) was tried: it
-	// improved the static prior in the toy side-by-side (332 → 225 ms mean) but sent
-	// whole bursts of one hot prompt to one worker, where the head has just started and
-	// vLLM recomputes blocks still being prefilled. The learned queue factor θ₂ absorbs
-	// the steady-state bias instead (≈ 0.45 in that toy).
-	w := loadWeight(c.Load.ScrapedAt, in.Now, o.LoadHalfLife)
-	queueTok := float64(max(c.Booked.PrefillTokens, 0))
-	if w > 0 {
-		if extra := c.Load.Waiting - float64(c.Booked.Prefilling); extra > 0 {
-			queueTok += w * extra * foreignTokens
-		}
-	}
 	f[TermQueue] = queueTok / p.prefillRate
 
 	// Decode interference: each engine step schedules running decodes first (one token
 	// each) and fills the rest of max_num_batched_tokens with prefill chunks, so each
 	// running sequence lengthens every step our prefill (and the queue ahead) needs.
 	running := float64(max(c.Booked.Decoding, 0))
-	if w > 0 {
-		if extra := c.Load.Running - float64(c.Booked.Requests); extra > 0 {
+	if w := loadWeight(c.Load.ScrapedAt, in.Now, o.LoadHalfLife); w > 0 {
+		if extra := c.Load.Running - float64(c.Booked.Requests+v.leftRunning); extra > 0 {
 			running += w * extra
 		}
 	}
@@ -127,7 +124,35 @@ func features(o *Options, in *Input, c *Candidate, p prior, foreignTokens float6
 		steps := max(1, (queueTok+uncached)/float64(o.BatchTokens))
 		f[TermDecode] = running * steps * p.decodePerStep
 	}
-	return f
+	return f, cached
+}
+
+// queueTokens is the prefill work queued ahead of a request on c, tokens.
+//
+// vLLM v1's scheduler serves the waiting queue FCFS (vllm/v1/core/sched/scheduler.py:
+// running requests first, then waiting ones in order), so every uncached token queued
+// ahead is prefilled before ours. Our own bookings are exact in size; what is left of
+// them is the worker's backlog (v.backlog, a Lindley recursion over our picks at the
+// learned prefill rate, overload.go), never more than their full uncached tokens: the
+// head of a deep queue is partly done, the rest is not, and a steady-state factor
+// cannot describe both. Token-less bookings (Booked.Unsized) and the scraped waiting
+// requests we did not route count at their expected size F_w, the scrape discounted by
+// its age; bookings made after the scrape are not double counted (only waiting requests
+// beyond our prefilling bookings are foreign), nor are ours that left the queue after
+// the scrape (v.leftWaiting): a 1 s old scrape of a busy worker otherwise shows
+// several phantom foreign requests, each priced at F_w.
+func queueTokens(o *Options, in *Input, c *Candidate, v workerView) float64 {
+	q := float64(max(c.Booked.PrefillTokens, 0))
+	if v.backlog >= 0 {
+		q = min(q, v.backlog)
+	}
+	q += float64(max(c.Booked.Unsized, 0)) * v.foreignTokens
+	if w := loadWeight(c.Load.ScrapedAt, in.Now, o.LoadHalfLife); w > 0 {
+		if extra := c.Load.Waiting - float64(c.Booked.Prefilling+v.leftWaiting); extra > 0 {
+			q += w * extra * v.foreignTokens
+		}
+	}
+	return q
 }
 
 // predict turns features and factors into a Prediction.

@@ -54,6 +54,10 @@ type Options struct {
 	// prompt tokens kvroute sent it), the near-tie break that places new prefixes where
 	// the cache turns over slowest (its LRU victim is oldest). 0 → 30 s.
 	WriteHalfLife time.Duration
+	// CongestionMax caps the congestion factor ρ/(1−ρ) that turns a pick's prefill
+	// seconds into the delay they impose on later requests (README "Overload"; ρ = the
+	// cluster's offered prefill utilization). 0 → 8; negative → off (TTFT alone decides).
+	CongestionMax float64
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.
@@ -68,6 +72,14 @@ type Options struct {
 	// ClampFactor bounds every learned coefficient to [prior/ClampFactor,
 	// prior×ClampFactor]. 0 → 20.
 	ClampFactor float64
+	// FactorHalfLife is how fast an unobserved worker's learned factors decay back to the
+	// pool's: the variance of its own estimate doubles every FactorHalfLife without an
+	// observation (README "Learning"). 0 → 60 s; negative → no decay.
+	FactorHalfLife time.Duration
+	// ExploreFraction is the share of picks made with the pool's factors instead of each
+	// worker's own (among the workers the pool's model calls near-best), so that a worker
+	// whose learned factors are too pessimistic is still observed. 0 → 0.01; negative → 0.
+	ExploreFraction float64
 	// ResidualClip bounds one observation's relative residual |1 − predicted/observed|
 	// used for learning (Huber-style robustness to stalls and outliers). 0 → 0.5.
 	ResidualClip float64
@@ -142,6 +154,10 @@ func (o Options) withDefaults() Options {
 	o.Forgetting = min(o.Forgetting, 1)
 	def(&o.ClampFactor, 20)
 	def(&o.ResidualClip, 0.5)
+	defD(&o.FactorHalfLife, time.Minute)
+	def(&o.ExploreFraction, 0.01)
+	o.ExploreFraction = min(max(o.ExploreFraction, 0), 1)
+	def(&o.CongestionMax, 8)
 	b := &o.Baselines
 	defI(&b.GIEBlockChars, 64)
 	defI(&b.GIEMaxBlocks, 256)

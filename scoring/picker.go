@@ -24,16 +24,31 @@ import (
 //     request's prefill evicts there is the oldest), then fewest booked requests, then
 //     at random — never by list order. writes may be nil.
 //
+// Steps 1–2 read the predicted TTFTs; step 3 ranks by cost (one per candidate, the
+// predicted TTFT plus the delay the pick's prefill imposes on later requests, README
+// "Overload"; nil: the TTFTs). st, when non-nil, carries each candidate's cached
+// tokens after the wait's evictions, which the prefill-work tie-break counts.
+//
 // Without token information (Input.Degraded or no prompt tokens) the predictions hold
 // only queue and overhead terms: a load-only choice, reason "degraded".
-func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes []float64) Decision {
-	best := 0
-	for i := range preds {
-		if preds[i].TTFT < preds[best].TTFT {
-			best = i
+func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, cost []time.Duration, st []candState, writes []float64) Decision {
+	if cost == nil {
+		cost = make([]time.Duration, len(preds))
+		for i := range preds {
+			cost[i] = preds[i].TTFT
 		}
 	}
-	bestTTFT := preds[best].TTFT
+	cached := make([]int, len(cands))
+	for i := range cands {
+		cached[i] = cands[i].CachedTokens
+		if st != nil {
+			cached[i] = st[i].cached
+		}
+	}
+	bestTTFT := preds[0].TTFT
+	for i := range preds {
+		bestTTFT = min(bestTTFT, preds[i].TTFT)
+	}
 	if o.MaxTTFT > 0 && bestTTFT > o.MaxTTFT {
 		return shed(o, preds, bestTTFT-o.MaxTTFT)
 	}
@@ -46,17 +61,23 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes
 			}
 		}
 		if len(meet) > 0 {
-			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cands[i].CachedTokens, 0) })
-			return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, writes, least), Reason: ReasonSLO, Predictions: preds}
+			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cached[i], 0) })
+			return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, cached, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
 		if o.ShedOnSLOMiss {
 			return shed(o, preds, bestTTFT-in.SLO)
 		}
 	}
-	margin := max(time.Duration(float64(bestTTFT)*o.TieMargin), o.TieMarginMin)
+	best := 0
+	for i := range cost {
+		if cost[i] < cost[best] {
+			best = i
+		}
+	}
+	margin := max(time.Duration(float64(cost[best])*o.TieMargin), o.TieMarginMin)
 	var ties []int
-	for i := range preds {
-		if preds[i].TTFT <= bestTTFT+margin {
+	for i := range cost {
+		if cost[i] <= cost[best]+margin {
 			ties = append(ties, i)
 		}
 	}
@@ -67,7 +88,7 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, writes
 	if degraded {
 		reason = ReasonDegraded
 	}
-	return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, writes, ties), Reason: reason, Predictions: preds}
+	return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, cached, writes, ties), Reason: reason, Predictions: preds}
 }
 
 func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
@@ -78,11 +99,12 @@ func shed(o *Options, preds []Prediction, excess time.Duration) Decision {
 // breakTie returns one of idx: fewest uncached tokens of this prompt, then fewest
 // booked uncached prefill tokens, then fewest recent cache writes (whole tokens; writes
 // may be nil), then fewest booked requests, then uniformly at random.
-func breakTie(rng *rand.Rand, prompt, batch int, cands []Candidate, writes []float64, idx []int) int {
+// cached[i] is candidate i's cached tokens as the prediction counted them.
+func breakTie(rng *rand.Rand, prompt, batch int, cands []Candidate, cached []int, writes []float64, idx []int) int {
 	if len(idx) == 1 {
 		return idx[0]
 	}
-	idx = minBy(idx, func(i int) int { return tieWork(prompt, batch, &cands[i]) })
+	idx = minBy(idx, func(i int) int { return tieWork(prompt, batch, cached[i], &cands[i]) })
 	idx = minBy(idx, func(i int) int { return cands[i].Booked.PrefillTokens })
 	if writes != nil {
 		idx = minBy(idx, func(i int) int { return int(writes[i]) })
@@ -120,10 +142,10 @@ func minBy(idx []int, key func(int) int) []int {
 // request is scheduled in the same step: blocks enter the prefix cache only once
 // computed (vllm/v1/core/kv_cache_manager.py), so only a prefill more than a step
 // ahead of us is one we can usefully wait for.
-func tieWork(prompt, batch int, c *Candidate) int {
-	u := max(prompt-c.CachedTokens, 0)
+func tieWork(prompt, batch, cached int, c *Candidate) int {
+	u := max(prompt-cached, 0)
 	if q := c.Booked.PrefillTokens; q > 0 && q < batch {
-		u += min(c.CachedTokens, q)
+		u += min(cached, q)
 	}
 	return u
 }

@@ -15,6 +15,7 @@ type Booked struct {
 	PrefillTokens int `json:"prefill_tokens"` // uncached prompt tokens of booked requests without a first token yet
 	Prefilling    int `json:"prefilling"`     // booked requests without a first token yet
 	Decoding      int `json:"decoding"`       // booked requests past their first token, still generating
+	Unsized       int `json:"unsized"`        // of Prefilling: booked without a known prompt size (token-less, degraded)
 }
 
 // Candidate is one worker that can serve the request, with everything known about it
@@ -46,6 +47,8 @@ type Input struct {
 	// DryRun is set by explain requests: the policy must decide exactly as it would, but
 	// change no state (no round-robin advance, no LRU/tree insert) and count no metrics.
 	DryRun bool
+
+	prepared *prepared // set by a Preparer's Prepare for the Pick that follows
 }
 
 // Prediction is a predicted TTFT and its terms, all in seconds of wall time.
@@ -68,6 +71,7 @@ const (
 	ReasonSLO      = "slo"      // chosen among workers predicted to meet the request's SLO
 	ReasonDegraded = "degraded" // no token information: load only
 	ReasonPolicy   = "policy"   // a baseline policy's own choice
+	ReasonExplore  = "explore"  // decided with the pool's factors (Options.ExploreFraction)
 )
 
 // Decision is a policy's answer.
@@ -94,6 +98,7 @@ type Observation struct {
 	Booked       Booked // the worker's bookings at pick time (this request excluded)
 	Load         workers.Load
 	Predicted    Prediction    // zero if the policy does not predict
+	Start        time.Time     // when the request was picked (Input.Now); zero unknown
 	TTFT         time.Duration // observed time to first token; 0 when not observed
 	E2E          time.Duration // observed end-to-end latency; 0 when not finished
 	Usage        response.Usage
@@ -106,7 +111,10 @@ type Observation struct {
 // A request whose first token was observed is reported twice: at first token (TTFT>0,
 // E2E==0) and at completion (same TTFT, E2E>0, Usage). Learners learn TTFT from the
 // first report only; the completion report carries usage (cached_tokens drift).
-// A non-streamed request is reported once, at completion, with TTFT==0.
+// A non-streamed request is reported once, at completion, with TTFT==0. The completion
+// report comes only for requests whose outcome is ok (response.OutcomeOK, router
+// Ticket.Complete): an error, truncated or aborted request gets its first-token report
+// (when it produced one) and nothing more.
 type Learner interface {
 	Observe(o Observation)
 }

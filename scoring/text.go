@@ -2,8 +2,9 @@ package scoring
 
 import (
 	"encoding/binary"
-	"fmt"
 	"strings"
+
+	"github.com/kvroute/kvroute/request"
 )
 
 // PromptText is the text the text-based baselines (GIE approximate prefix, SGLang
@@ -15,15 +16,15 @@ import (
 func PromptText(in *Input) string {
 	var b strings.Builder
 	if r := in.Request; r != nil {
-		if r.System != nil {
+		if !r.System.IsNull() {
 			writeContent(&b, r.System)
 			b.WriteByte('\n')
 		}
 		for _, m := range r.Messages {
-			role, _ := m["role"].(string)
+			role, _ := m.Field("role").Str()
 			b.WriteString(role)
 			b.WriteString(": ")
-			writeContent(&b, m["content"])
+			writeContent(&b, m.Field("content"))
 			b.WriteByte('\n')
 		}
 		for i, p := range r.Prompts {
@@ -54,17 +55,18 @@ func writeTokens(b *strings.Builder, toks []uint32) {
 // writeContent writes a message content: a string, or the "text" of each part of a
 // multi-part content (OpenAI content parts, Anthropic content blocks); other parts
 // (images, tool calls) are written as their type name.
-func writeContent(b *strings.Builder, c any) {
-	switch v := c.(type) {
-	case nil:
-	case string:
-		b.WriteString(v)
-	case []any:
-		for _, p := range v {
-			if m, ok := p.(map[string]any); ok {
-				if t, ok := m["text"].(string); ok {
+func writeContent(b *strings.Builder, c request.Value) {
+	switch c.Kind() {
+	case request.Null:
+	case request.String, request.Number:
+		b.WriteString(c.Text())
+	case request.Array:
+		for i := range c.Len() {
+			p := c.Index(i)
+			if p.Kind() == request.Object {
+				if t, ok := p.Field("text").Str(); ok {
 					b.WriteString(t)
-				} else if t, ok := m["type"].(string); ok {
+				} else if t, ok := p.Field("type").Str(); ok {
 					b.WriteString("<" + t + ">")
 				}
 			} else {
@@ -72,6 +74,6 @@ func writeContent(b *strings.Builder, c any) {
 			}
 		}
 	default:
-		fmt.Fprint(b, v)
+		b.Write(c.AppendJSON(nil))
 	}
 }

@@ -32,3 +32,37 @@ func (d *decayed) add(x float64, now time.Time, halfLife time.Duration) {
 		d.t = now
 	}
 }
+
+// recentCap bounds the event times a recent keeps (more than a scrape interval's worth
+// of first tokens on one worker at any realistic rate).
+const recentCap = 256
+
+// recent is a bounded ring of event times (ascending as added).
+type recent struct {
+	t    [recentCap]time.Time
+	n    int // events kept (≤ recentCap)
+	next int // ring position of the next add
+}
+
+func (r *recent) add(at time.Time) {
+	r.t[r.next] = at
+	r.next = (r.next + 1) % recentCap
+	r.n = min(r.n+1, recentCap)
+}
+
+// since counts the kept events after t, newest first, stopping at the first at or
+// before t (events are added in time order, up to the order concurrent reports arrive
+// in), so it costs O(events since t). 0 for a zero t (never scraped).
+func (r *recent) since(t time.Time) int {
+	if t.IsZero() {
+		return 0
+	}
+	k := 0
+	for i := 1; i <= r.n; i++ {
+		if !r.t[(r.next-i+recentCap)%recentCap].After(t) {
+			break
+		}
+		k++
+	}
+	return k
+}

@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -30,16 +29,16 @@ type chatTemplate struct {
 var contentLoop = regexp.MustCompile(`\{%-?\s*for\s+\w+\s+in\s+\w+(?:\[\s*['"]content['"]\s*\]|\.content)\s*(?:\||-?%\})`)
 
 func compileChatTemplate(src string) (*chatTemplate, error) {
-	t, err := jinja.Compile(src)
+	t, err := jinja.Compile(routeTojson(src))
 	if err != nil {
 		return nil, fmt.Errorf("%w: does not compile: %v", ErrTemplate, err)
 	}
 	ct := &chatTemplate{tmpl: t, src: src, openai: contentLoop.MatchString(src)}
 	// Render a small conversation once so that a template using something the engine
 	// lacks (an unknown filter or method) is reported at load time, not per request.
-	probe := []map[string]any{{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-		{"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}}
-	vars := map[string]jinja.Value{"messages": fromGo(probe), "add_generation_prompt": jinja.NewBool(true)}
+	probe := request.ValueOf([]any{map[string]any{"role": "system", "content": "s"}, map[string]any{"role": "user", "content": "u"},
+		map[string]any{"role": "assistant", "content": "a"}, map[string]any{"role": "user", "content": "u"}})
+	vars := map[string]jinja.Value{"messages": toJinja(probe), "add_generation_prompt": jinja.NewBool(true), tojsonFilter: tojsonValue}
 	if _, err := t.RenderValues(vars); err != nil && !strings.Contains(err.Error(), "raise_exception") {
 		return nil, fmt.Errorf("%w: cannot render a plain conversation: %v", ErrTemplate, err)
 	}
@@ -68,7 +67,7 @@ func (m *Model) RenderChat(req *request.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	vars := map[string]jinja.Value{}
+	vars := map[string]jinja.Value{tojsonFilter: tojsonValue}
 	for k, v := range m.specials {
 		vars[k] = jinja.NewString(v)
 	}
@@ -96,15 +95,15 @@ func (m *Model) RenderChat(req *request.Request) (string, error) {
 	vars["continue_final_message"] = jinja.NewBool(req.ContinueFinalMessage)
 	if req.ReasoningEffort != "" {
 		vars["reasoning_effort"] = jinja.NewString(req.ReasoningEffort)
-		if _, given := req.ChatTemplateKwargs["enable_thinking"]; !given {
+		if _, given := req.Kwarg("enable_thinking"); !given {
 			vars["enable_thinking"] = jinja.NewBool(req.ReasoningEffort != "none")
 		}
 	}
-	for k, v := range req.ChatTemplateKwargs {
-		if k == "messages" {
+	for _, kw := range req.ChatTemplateKwargs {
+		if kw.Key == "messages" || kw.Key == tojsonFilter {
 			continue
 		}
-		vars[k] = fromGo(v)
+		vars[kw.Key] = toJinja(kw.Value)
 	}
 	vars["messages"] = conv
 	out, err := m.chat.tmpl.RenderValues(vars)
@@ -159,14 +158,14 @@ var ErrContent = errors.New("tokenize: unsupported message content")
 // _postprocess_messages), keys in vLLM's order: role, content, tool_calls (assistant,
 // non-empty), reasoning and reasoning_content (assistant), tool_call_id (tool), name
 // and task (strings).
-func normalizeMessages(msgs []map[string]any, openai bool) (jinja.Value, error) {
+func normalizeMessages(msgs []request.Value, openai bool) (jinja.Value, error) {
 	out := make([]jinja.Value, 0, len(msgs))
 	for i, msg := range msgs {
-		role, _ := msg["role"].(string)
+		role, _ := msg.Field("role").Str()
 		d := jinja.NewDict()
 		dict := d.AsDict()
 		dict.Set("role", jinja.NewString(role))
-		content, err := normalizeContent(msg["content"], openai)
+		content, err := normalizeContent(msg.Field("content"), openai)
 		if err != nil {
 			return jinja.Undefined(), fmt.Errorf("messages[%d]: %w", i, err)
 		}
@@ -180,27 +179,27 @@ func normalizeMessages(msgs []map[string]any, openai bool) (jinja.Value, error) 
 		}
 		dict.Set("content", content)
 		if role == "assistant" {
-			if tcs, ok := msg["tool_calls"].([]any); ok && len(tcs) > 0 {
-				calls := make([]jinja.Value, 0, len(tcs))
-				for _, tc := range tcs {
-					calls = append(calls, normalizeToolCall(tc))
+			if tcs := msg.Field("tool_calls"); tcs.Kind() == request.Array && tcs.Len() > 0 {
+				calls := make([]jinja.Value, 0, tcs.Len())
+				for j := range tcs.Len() {
+					calls = append(calls, normalizeToolCall(tcs.Index(j)))
 				}
 				dict.Set("tool_calls", jinja.NewList(calls))
 			}
-			r, ok := msg["reasoning"]
+			r, ok := msg.Get("reasoning")
 			if !ok {
-				r, ok = msg["reasoning_content"]
+				r, ok = msg.Get("reasoning_content")
 			}
-			if ok && r != nil {
-				dict.Set("reasoning", fromGo(r))
-				dict.Set("reasoning_content", fromGo(r))
+			if ok && !r.IsNull() {
+				dict.Set("reasoning", toJinja(r))
+				dict.Set("reasoning_content", toJinja(r))
 			}
 		}
-		if id, ok := msg["tool_call_id"]; ok && role == "tool" {
-			dict.Set("tool_call_id", fromGo(id))
+		if id, ok := msg.Get("tool_call_id"); ok && role == "tool" {
+			dict.Set("tool_call_id", toJinja(id))
 		}
 		for _, k := range []string{"name", "task"} {
-			if v, ok := msg[k].(string); ok {
+			if v, ok := msg.Field(k).Str(); ok {
 				dict.Set(k, jinja.NewString(v))
 			}
 		}
@@ -211,33 +210,33 @@ func normalizeMessages(msgs []map[string]any, openai bool) (jinja.Value, error) 
 
 // normalizeContent applies vLLM's content format: "string" joins text parts with "\n"
 // (empty parts dropped, null → ""); "openai" passes a list of text parts (null → []).
-func normalizeContent(c any, openai bool) (jinja.Value, error) {
+func normalizeContent(c request.Value, openai bool) (jinja.Value, error) {
 	var parts []string
-	switch x := c.(type) {
-	case nil:
-	case string:
+	switch c.Kind() {
+	case request.Null:
+	case request.String:
 		if !openai {
-			return jinja.NewString(x), nil
+			return jinja.NewString(c.Text()), nil
 		}
-		parts = []string{x}
-	case []any:
-		for _, p := range x {
-			pm, ok := p.(map[string]any)
-			if !ok {
-				if s, ok := p.(string); ok {
+		parts = []string{c.Text()}
+	case request.Array:
+		for i := range c.Len() {
+			p := c.Index(i)
+			if p.Kind() != request.Object {
+				if s, ok := p.Str(); ok {
 					parts = append(parts, s)
 					continue
 				}
-				return jinja.Undefined(), fmt.Errorf("%w: content part %T", ErrContent, p)
+				return jinja.Undefined(), fmt.Errorf("%w: content part of type %s", ErrContent, p.Kind())
 			}
-			typ, _ := pm["type"].(string)
+			typ, _ := p.Field("type").Str()
 			key := "text"
 			switch typ {
 			case "refusal", "thinking":
 				key = typ
 				fallthrough
 			case "text", "input_text", "output_text":
-				s, ok := pm[key].(string)
+				s, ok := p.Field(key).Str()
 				if !ok {
 					continue // a part without its text is skipped, as vLLM does
 				}
@@ -247,7 +246,7 @@ func normalizeContent(c any, openai bool) (jinja.Value, error) {
 			}
 		}
 	default:
-		return jinja.Undefined(), fmt.Errorf("%w: content of type %T", ErrContent, c)
+		return jinja.Undefined(), fmt.Errorf("%w: content of type %s", ErrContent, c.Kind())
 	}
 	if openai {
 		items := make([]jinja.Value, len(parts))
@@ -270,38 +269,37 @@ func normalizeContent(c any, openai bool) (jinja.Value, error) {
 
 // normalizeToolCall copies an assistant tool call with function.arguments parsed from
 // its JSON string into an object (invalid or empty → {}), key order kept.
-func normalizeToolCall(tc any) jinja.Value {
-	m, ok := tc.(map[string]any)
-	if !ok {
-		return fromGo(tc)
+func normalizeToolCall(tc request.Value) jinja.Value {
+	if tc.Kind() != request.Object {
+		return toJinja(tc)
 	}
 	d := jinja.NewDict()
 	dict := d.AsDict()
 	for _, k := range []string{"id", "type"} {
-		if v, ok := m[k]; ok {
-			dict.Set(k, fromGo(v))
+		if v, ok := tc.Get(k); ok {
+			dict.Set(k, toJinja(v))
 		}
 	}
-	if fn, ok := m["function"].(map[string]any); ok {
+	if fn := tc.Field("function"); fn.Kind() == request.Object {
 		f := jinja.NewDict()
-		if v, ok := fn["name"]; ok {
-			f.AsDict().Set("name", fromGo(v))
+		if v, ok := fn.Get("name"); ok {
+			f.AsDict().Set("name", toJinja(v))
 		}
 		args := jinja.NewDict()
-		switch a := fn["arguments"].(type) {
-		case string:
-			if v, err := decodeOrdered([]byte(a)); err == nil {
+		switch a := fn.Field("arguments"); a.Kind() {
+		case request.String:
+			if v, err := decodeOrdered([]byte(a.Text())); err == nil {
 				args = v // any valid JSON, as json.loads; invalid or empty → {}
 			}
-		case map[string]any, []any:
-			args = fromGo(a)
+		case request.Object, request.Array:
+			args = toJinja(a)
 		}
 		f.AsDict().Set("arguments", args)
 		dict.Set("function", f)
 	}
-	for k, v := range m {
-		if k != "id" && k != "type" && k != "function" {
-			dict.Set(k, fromGo(v))
+	for _, m := range tc.Members() {
+		if m.Key != "id" && m.Key != "type" && m.Key != "function" {
+			dict.Set(m.Key, toJinja(m.Value))
 		}
 	}
 	return d
@@ -315,24 +313,19 @@ func normalizeTools(req *request.Request) (jinja.Value, error) {
 	if len(req.Tools) == 0 {
 		return jinja.None(), nil
 	}
-	var list jinja.Value
-	if len(req.RawTools) > 0 {
-		v, err := decodeOrdered(req.RawTools)
-		if err != nil || !v.IsList() {
-			return jinja.Undefined(), fmt.Errorf("%w: tools: %v", ErrContent, err)
+	field := func(v request.Value, k string) jinja.Value {
+		if x, ok := v.Get(k); ok {
+			return toJinja(x)
 		}
-		list = v
-	} else {
-		list = fromGo(req.Tools)
+		return jinja.Undefined()
 	}
-	out := make([]jinja.Value, 0, len(list.AsList().Items))
-	for _, t := range list.AsList().Items {
-		fn := get(t, "function")
+	out := make([]jinja.Value, 0, len(req.Tools))
+	for _, t := range req.Tools {
 		var name, desc, params, strict jinja.Value
-		if fn.IsDict() {
-			name, desc, params, strict = get(fn, "name"), get(fn, "description"), get(fn, "parameters"), get(fn, "strict")
+		if fn := t.Field("function"); fn.Kind() == request.Object {
+			name, desc, params, strict = field(fn, "name"), field(fn, "description"), field(fn, "parameters"), field(fn, "strict")
 		} else { // Anthropic form
-			name, desc, params = get(t, "name"), get(t, "description"), get(t, "input_schema")
+			name, desc, params = field(t, "name"), field(t, "description"), field(t, "input_schema")
 			strict = jinja.Undefined()
 		}
 		f := jinja.NewDict()
@@ -364,26 +357,27 @@ func orNone(v jinja.Value) jinja.Value {
 // messages become one system message (non-empty text blocks joined with "", Claude
 // Code's per-request "x-anthropic-billing-header" block dropped); text blocks become
 // the content (one text block → a string); thinking blocks become "reasoning";
-// tool_use blocks become tool_calls with JSON arguments; a user's tool_result blocks
-// become tool messages placed before the message; a user message left without content
-// is dropped. Images are ErrContent (the remote path handles them).
-func anthropicToChat(system any, msgs []map[string]any) ([]map[string]any, error) {
+// tool_use blocks become tool_calls with JSON arguments (key order and numbers as
+// sent); a user's tool_result blocks become tool messages placed before the message;
+// a user message left without content is dropped. Images are ErrContent (the remote
+// path handles them).
+func anthropicToChat(system request.Value, msgs []request.Value) ([]request.Value, error) {
 	var sys []string
-	addSystem := func(c any) error {
-		switch x := c.(type) {
-		case nil:
-		case string:
-			sys = append(sys, x)
-		case []any:
-			for _, b := range x {
-				bm, _ := b.(map[string]any)
-				t, _ := bm["text"].(string)
-				if bm["type"] == "text" && t != "" && !strings.HasPrefix(t, "x-anthropic-billing-header") {
+	addSystem := func(c request.Value) error {
+		switch c.Kind() {
+		case request.Null:
+		case request.String:
+			sys = append(sys, c.Text())
+		case request.Array:
+			for i := range c.Len() {
+				b := c.Index(i)
+				t, _ := b.Field("text").Str()
+				if typ, _ := b.Field("type").Str(); typ == "text" && t != "" && !strings.HasPrefix(t, "x-anthropic-billing-header") {
 					sys = append(sys, t)
 				}
 			}
 		default:
-			return fmt.Errorf("%w: system of type %T", ErrContent, c)
+			return fmt.Errorf("%w: system of type %s", ErrContent, c.Kind())
 		}
 		return nil
 	}
@@ -391,101 +385,111 @@ func anthropicToChat(system any, msgs []map[string]any) ([]map[string]any, error
 		return nil, err
 	}
 	for _, msg := range msgs {
-		if msg["role"] == "system" {
-			if err := addSystem(msg["content"]); err != nil {
+		if role, _ := msg.Field("role").Str(); role == "system" {
+			if err := addSystem(msg.Field("content")); err != nil {
 				return nil, err
 			}
 		}
 	}
-	var out []map[string]any
+	str := request.StringValue
+	var out []request.Value
 	if len(sys) > 0 {
-		out = append(out, map[string]any{"role": "system", "content": strings.Join(sys, "")})
+		out = append(out, request.ObjectValue(request.Member{Key: "role", Value: str("system")},
+			request.Member{Key: "content", Value: str(strings.Join(sys, ""))}))
 	}
 	for i, msg := range msgs {
-		role, _ := msg["role"].(string)
+		role, _ := msg.Field("role").Str()
 		if role == "system" {
 			continue
 		}
-		m := map[string]any{"role": role}
-		blocks, isList := msg["content"].([]any)
-		if !isList {
-			m["content"] = msg["content"]
-			out = append(out, m)
+		m := []request.Member{{Key: "role", Value: str(role)}}
+		content := msg.Field("content")
+		if content.Kind() != request.Array {
+			out = append(out, request.ObjectValue(append(m, request.Member{Key: "content", Value: content})...))
 			continue
 		}
-		var parts []any
-		var calls []any
+		var parts []request.Value
+		var texts []string
+		var calls []request.Value
 		var reasoning []string
-		for _, b := range blocks {
-			bm, _ := b.(map[string]any)
-			switch bm["type"] {
+		for j := range content.Len() {
+			b := content.Index(j)
+			typ, _ := b.Field("type").Str()
+			switch typ {
 			case "text":
-				if t, _ := bm["text"].(string); t != "" {
-					parts = append(parts, map[string]any{"type": "text", "text": t})
+				if t, _ := b.Field("text").Str(); t != "" {
+					parts = append(parts, request.ObjectValue(request.Member{Key: "type", Value: str("text")}, request.Member{Key: "text", Value: str(t)}))
+					texts = append(texts, t)
 				}
 			case "thinking":
-				if t, ok := bm["thinking"].(string); ok {
+				if t, ok := b.Field("thinking").Str(); ok {
 					reasoning = append(reasoning, t)
 				}
 			case "tool_use":
-				input := bm["input"]
-				if input == nil {
-					input = map[string]any{}
+				input := b.Field("input")
+				if input.IsNull() {
+					input = request.ObjectValue()
 				}
-				args, _ := json.Marshal(input)
-				id, _ := bm["id"].(string)
-				name, _ := bm["name"].(string)
-				calls = append(calls, map[string]any{"id": id, "type": "function",
-					"function": map[string]any{"name": name, "arguments": string(args)}})
+				id, _ := b.Field("id").Str()
+				name, _ := b.Field("name").Str()
+				calls = append(calls, request.ObjectValue(
+					request.Member{Key: "id", Value: str(id)},
+					request.Member{Key: "type", Value: str("function")},
+					request.Member{Key: "function", Value: request.ObjectValue(
+						request.Member{Key: "name", Value: str(name)},
+						request.Member{Key: "arguments", Value: str(string(input.AppendJSON(nil)))})}))
 			case "tool_result":
-				text, err := toolResultText(bm["content"])
+				text, err := toolResultText(b.Field("content"))
 				if err != nil {
 					return nil, fmt.Errorf("messages[%d]: %w", i, err)
 				}
 				if role == "user" {
-					id, _ := bm["tool_use_id"].(string)
-					out = append(out, map[string]any{"role": "tool", "tool_call_id": id, "content": text})
+					id, _ := b.Field("tool_use_id").Str()
+					out = append(out, request.ObjectValue(request.Member{Key: "role", Value: str("tool")},
+						request.Member{Key: "tool_call_id", Value: str(id)}, request.Member{Key: "content", Value: str(text)}))
 				} else {
-					parts = append(parts, map[string]any{"type": "text", "text": "Tool result: " + text})
+					t := "Tool result: " + text
+					parts = append(parts, request.ObjectValue(request.Member{Key: "type", Value: str("text")}, request.Member{Key: "text", Value: str(t)}))
+					texts = append(texts, t)
 				}
 			case "image":
 				return nil, fmt.Errorf("messages[%d]: %w: image block", i, ErrContent)
 			}
 		}
-		if len(reasoning) > 0 {
-			m["reasoning"] = strings.Join(reasoning, "")
-		}
-		if len(calls) > 0 {
-			m["tool_calls"] = calls
-		}
 		switch {
 		case len(parts) == 1:
-			m["content"] = parts[0].(map[string]any)["text"]
+			m = append(m, request.Member{Key: "content", Value: str(texts[0])})
 		case len(parts) > 1:
-			m["content"] = parts
+			m = append(m, request.Member{Key: "content", Value: request.ArrayValue(parts...)})
 		}
-		if _, has := m["content"]; role == "user" && !has {
+		if len(reasoning) > 0 {
+			m = append(m, request.Member{Key: "reasoning", Value: str(strings.Join(reasoning, ""))})
+		}
+		if len(calls) > 0 {
+			m = append(m, request.Member{Key: "tool_calls", Value: request.ArrayValue(calls...)})
+		}
+		if role == "user" && len(parts) == 0 {
 			continue
 		}
-		out = append(out, m)
+		out = append(out, request.ObjectValue(m...))
 	}
 	return out, nil
 }
 
 // toolResultText is a tool_result's text: a string as is, text blocks joined with "\n".
-func toolResultText(c any) (string, error) {
-	switch x := c.(type) {
-	case nil:
+func toolResultText(c request.Value) (string, error) {
+	switch c.Kind() {
+	case request.Null:
 		return "", nil
-	case string:
-		return x, nil
-	case []any:
+	case request.String:
+		return c.Text(), nil
+	case request.Array:
 		var texts []string
-		for _, b := range x {
-			bm, _ := b.(map[string]any)
-			switch bm["type"] {
+		for i := range c.Len() {
+			b := c.Index(i)
+			switch typ, _ := b.Field("type").Str(); typ {
 			case "text":
-				t, _ := bm["text"].(string)
+				t, _ := b.Field("text").Str()
 				texts = append(texts, t)
 			case "image":
 				return "", fmt.Errorf("%w: image in a tool_result", ErrContent)
@@ -493,5 +497,5 @@ func toolResultText(c any) (string, error) {
 		}
 		return strings.Join(texts, "\n"), nil
 	}
-	return "", fmt.Errorf("%w: tool_result content of type %T", ErrContent, c)
+	return "", fmt.Errorf("%w: tool_result content of type %s", ErrContent, c.Kind())
 }

@@ -61,6 +61,7 @@
 //	added.go                added/special token splitting
 //	cache.go                byte-bounded segment cache
 //	chat.go, jsonvalue.go   chat templates, vLLM message/tool normalization, Anthropic
+//	tojson.go               request values → template values; Python json.dumps tojson
 //	service.go, remote.go   per-model path chains, worker /tokenize, health, metrics
 //	testdata/gen            reference generator (make tokenizer-goldens)
 //
@@ -69,9 +70,14 @@
 // Templates run on github.com/ardanlabs/jinja, a Jinja engine written for chat
 // templates whose defaults are transformers' environment (trim_blocks, lstrip_blocks,
 // loopcontrols, tojson with ensure_ascii=False and Python separators, raise_exception,
-// strftime_now) and whose dicts keep insertion order. Request tools are re-decoded from
-// the raw JSON (request.Request.RawTools) so tojson emits the client's key order.
-// Known gap: tojson prints an integral float such as 1.0 as "1" (Python: "1.0").
+// strftime_now) and whose dicts keep insertion order. Messages, tools and kwargs come
+// from the request's one parse (request.Value: key order as sent, a repeated key
+// last-wins, number literals kept) and are converted straight to template values.
+// `|tojson` is routed to pyToJSON (tojson.go), which prints what json.dumps prints
+// after json.loads: floats in Python repr form (1.0, 1000.0 from 1E3, 1e-07, 1e+16),
+// integers of any size exactly, Python's string escapes, indent/sort_keys/separators/
+// ensure_ascii. Known gap: a float printed directly ({{ x }}, not through tojson)
+// still uses the engine's %g form.
 // github.com/nikolalohinski/gonja/v2 (v2.9.1) was evaluated: with TrimBlocks and
 // LeftStripBlocks set it renders plain Qwen3, Llama 3.1 and DeepSeek V3 conversations
 // correctly, but its tojson writes `[{"a":1,"name":"z<"}]` where Python writes

@@ -69,10 +69,8 @@ func remoteBodies(req *request.Request) ([][]byte, error) {
 			}
 		}
 		b := map[string]any{"model": req.Model, "messages": msgs}
-		if len(req.RawTools) > 0 {
-			b["tools"] = req.RawTools
-		} else if len(req.Tools) > 0 {
-			b["tools"] = req.Tools
+		if len(req.Tools) > 0 {
+			b["tools"] = req.Tools // request.Value marshals in the client's key order
 		}
 		if req.AddGenerationPrompt != nil {
 			b["add_generation_prompt"] = *req.AddGenerationPrompt
@@ -80,18 +78,15 @@ func remoteBodies(req *request.Request) ([][]byte, error) {
 		if req.ContinueFinalMessage {
 			b["continue_final_message"] = true
 		}
-		kw := map[string]any{}
-		for k, v := range req.ChatTemplateKwargs {
-			kw[k] = v
-		}
+		kw := append([]request.Member(nil), req.ChatTemplateKwargs...)
 		if req.ReasoningEffort != "" {
-			if _, ok := kw["enable_thinking"]; !ok {
-				kw["enable_thinking"] = req.ReasoningEffort != "none"
+			if _, ok := req.Kwarg("enable_thinking"); !ok {
+				kw = append(kw, request.Member{Key: "enable_thinking", Value: request.BoolValue(req.ReasoningEffort != "none")})
 			}
-			kw["reasoning_effort"] = req.ReasoningEffort
+			kw = append(kw, request.Member{Key: "reasoning_effort", Value: request.StringValue(req.ReasoningEffort)})
 		}
 		if len(kw) > 0 {
-			b["chat_template_kwargs"] = kw
+			b["chat_template_kwargs"] = request.ObjectValue(kw...)
 		}
 		if req.AddSpecialTokens != nil {
 			b["add_special_tokens"] = *req.AddSpecialTokens

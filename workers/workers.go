@@ -6,6 +6,7 @@ package workers
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,14 @@ type Registry struct {
 	load      map[string]Load    // guarded by mu
 	listeners []Listener         // guarded by mu
 	version   uint64             // guarded by mu; bumped on every change
+	sorted    atomic.Pointer[sortedWorkers]
+}
+
+// sortedWorkers is every worker sorted by name at one registry version, built once per
+// change instead of sorting on every Candidates call (the request path).
+type sortedWorkers struct {
+	version uint64
+	ws      []*Worker
 }
 
 // Listener is told about registry changes. Calls are made outside the registry lock,
@@ -171,9 +180,21 @@ func (r *Registry) sortedLocked() []*Worker {
 // Candidates appends to dst the healthy workers serving model, sorted by name, and
 // reports whether any worker (healthy or not) serves it.
 func (r *Registry) Candidates(model string, dst []*Worker) (_ []*Worker, known bool) {
+	dst, known, _ = r.CandidatesAt(model, dst)
+	return dst, known
+}
+
+// CandidatesAt is Candidates, also returning the registry version it read: while
+// Version still returns it, the same workers are registered.
+func (r *Registry) CandidatesAt(model string, dst []*Worker) (_ []*Worker, known bool, version uint64) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	for _, w := range r.workers {
+	s := r.sorted.Load()
+	if s == nil || s.version != r.version {
+		s = &sortedWorkers{version: r.version, ws: r.sortedLocked()}
+		r.sorted.Store(s) // concurrent readers may each build one: equal snapshots
+	}
+	for _, w := range s.ws {
 		if model != "" && !w.Serves(model) {
 			continue
 		}
@@ -183,8 +204,14 @@ func (r *Registry) Candidates(model string, dst []*Worker) (_ []*Worker, known b
 		}
 		dst = append(dst, w)
 	}
-	sort.Slice(dst, func(i, j int) bool { return dst[i].Name < dst[j].Name })
-	return dst, known
+	return dst, known, r.version
+}
+
+// Version is bumped by every change of the registered workers (not of health or load).
+func (r *Registry) Version() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.version
 }
 
 // SetHealthy marks a worker healthy or not (health checks, scrape failures).

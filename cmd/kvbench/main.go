@@ -7,6 +7,8 @@
 //	kvbench --workload shared-prefix --sweep poisson:0.5,1,2          # virtual time, all policies
 //	kvbench --http kvroute=http://127.0.0.1:9000 \
 //	        --http random=random:http://127.0.0.1:8001,http://127.0.0.1:8002 --arrivals poisson:1
+//	kvbench --load --http direct=round_robin:http://127.0.0.1:8001,http://127.0.0.1:8002 \
+//	        --http kvroute=http://127.0.0.1:9000 --concurrency 1,200 --body-sizes 4k,220k  # make loadtest
 package main
 
 import (
@@ -75,8 +77,12 @@ func run(args []string) error {
 	out := fs.String("out", "bench-out", "directory for report.json and SVG plots")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (terminal only), always, never")
 	keep := fs.Bool("keep-results", false, "include per-request results in report.json")
+	lf := addLoadFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *lf.on {
+		return runLoad(lf, targets, *model, *out, *seed)
 	}
 	prof, err := sim.LookupProfile(*profile)
 	if err != nil {

@@ -4,6 +4,7 @@
 // --port+i and publishes on --kv-port+i (replay on --kv-replay-port+i).
 //
 //	vllm-sim --workers 3 --port 8001 --kv-port 5557 --profile l40s-27b
+//	vllm-sim --workers 3 --port 8001 --kv-port 0 --echo   # instant answers, for `make loadtest`
 package main
 
 import (
@@ -50,6 +51,8 @@ func run(args []string) error {
 	maxBatch := fs.Int("max-num-batched-tokens", 0, "override max_num_batched_tokens")
 	tokDir := fs.String("tokenizer", "", "directory with tokenizer.json (+ chat template), e.g. .cache/tokenizers/gemma3 from scripts/fetch-tokenizers.sh; default: the stand-in tokenizer (one token per word, t123 = token 123)")
 	defMax := fs.Int("default-max-tokens", 16, "max_tokens when a request sets none")
+	echo := fs.Bool("echo", false, "zero engine time (load tests of kvroute itself): completions are answered at once, streamed when the body sets \"stream\": true, with --echo-tokens chunks; /tokenize, /metrics and /health stay the simulated worker's")
+	echoTokens := fs.Int("echo-tokens", 2, "--echo: content chunks per response (the first is flushed on its own)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -135,7 +138,11 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second}
+		var h http.Handler = w
+		if *echo {
+			h = &echoHandler{next: w, model: cmpOr(*model, prof.Model), tokens: max(*echoTokens, 1)}
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		wg.Add(2)
 		go func() { defer wg.Done(); w.Runner.Run(ctx) }()

@@ -43,9 +43,14 @@ func Decode(payload []byte) (*Batch, error) {
 //
 // Every error wraps ErrMalformed.
 func (d *Decoder) Decode(payload []byte, b *Batch) error {
+	*b = Batch{Events: b.Events[:0]}
+	// Every declared length is checked against the bytes that follow before anything
+	// is allocated from it (the msgpack library allocates declared lengths as given).
+	if err := checkShape(payload); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	d.rd.Reset(payload)
 	d.dec.Reset(&d.rd)
-	*b = Batch{Events: b.Events[:0]}
 	if err := d.batch(b); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
@@ -147,8 +152,10 @@ func (d *Decoder) events(b *Batch) error {
 	if err != nil || n < 0 {
 		return fmt.Errorf("events: not an array (%v)", err)
 	}
-	if cap(b.Events) < n {
-		b.Events = make([]Event, 0, n)
+	// n is bounded by the payload (checkShape), but an event takes far more memory
+	// than its smallest encoding: grow with the events actually decoded.
+	if cap(b.Events) < min(n, initialCap) {
+		b.Events = make([]Event, 0, min(n, initialCap))
 	}
 	for i := 0; i < n; i++ {
 		b.Events = append(b.Events, Event{})
@@ -156,12 +163,23 @@ func (d *Decoder) events(b *Batch) error {
 		if err := d.event(e); err != nil {
 			return fmt.Errorf("event %d: %v", i, err)
 		}
+		if e.Type == TypeUnknown { // counted, not kept: nothing to apply
+			b.Unknown++
+			b.Events = b.Events[:len(b.Events)-1]
+			continue
+		}
 		if err := e.check(); err != nil {
-			return fmt.Errorf("event %d (%s): %v", i, e.Type, err)
+			// A well-formed event whose fields disagree: only this event is dropped
+			// (consumers skip events with Err set, after their kind filter).
+			e.Err = fmt.Errorf("%w: event %d (%s): %v", ErrMalformed, i, e.Type, err)
 		}
 	}
 	return nil
 }
+
+// initialCap bounds the capacity preallocated from a declared element count; slices
+// grow beyond it with the elements actually decoded.
+const initialCap = 64
 
 func (e *Event) check() error {
 	if e.Type != TypeBlockStored {
@@ -282,8 +300,8 @@ func (d *Decoder) field(e *Event, name string) error {
 		if n, err = d.dec.DecodeArrayLen(); err != nil || n < 0 {
 			return fmt.Errorf("not an array (%v)", err)
 		}
-		e.BlockHashes = make([]Hash, n)
-		for i := range e.BlockHashes {
+		e.BlockHashes = make([]Hash, 0, min(n, initialCap))
+		for range n {
 			var h *Hash
 			if h, err = d.hash(); err != nil {
 				return err
@@ -291,7 +309,7 @@ func (d *Decoder) field(e *Event, name string) error {
 			if h == nil {
 				return fmt.Errorf("nil block hash")
 			}
-			e.BlockHashes[i] = *h
+			e.BlockHashes = append(e.BlockHashes, *h)
 		}
 	case "parent_block_hash":
 		e.Parent, err = d.hash()
@@ -300,7 +318,7 @@ func (d *Decoder) field(e *Event, name string) error {
 		if n, err = d.dec.DecodeArrayLen(); err != nil || n < 0 {
 			return fmt.Errorf("not an array (%v)", err)
 		}
-		e.TokenIDs = make([]uint32, n)
+		e.TokenIDs = make([]uint32, n) // 4 bytes each for ≥ 1 byte on the wire (checkShape)
 		for i := range e.TokenIDs {
 			var v int64
 			if v, err = d.dec.DecodeInt64(); err != nil {

@@ -84,6 +84,11 @@ type Event struct {
 	GroupIdx      int    // KV cache group (hybrid models); 0 when absent
 	SpecKind      string // kv_cache_spec_kind, e.g. "full_attention"; "" when absent
 	SlidingWindow *int64 // kv_cache_spec_sliding_window; nil when absent
+	// Err is set (wrapping ErrMalformed) on a well-formed event whose fields disagree
+	// (token count ≠ blocks × block_size, extra_keys count ≠ blocks, block_size ≤ 0).
+	// Consumers skip and count such an event and apply the rest of the batch; the kind
+	// filter comes first (an event of a group that is not indexed is skipped either way).
+	Err error
 }
 
 // Batch is one ZMQ message's payload.
@@ -94,4 +99,7 @@ type Batch struct {
 	// for 2-element batches (older vLLM) and for a nil rank.
 	DPRank    int
 	HasDPRank bool
+	// Unknown counts events with a tag this package does not know (a newer vLLM's):
+	// decoded to be skipped, never kept in Events.
+	Unknown int
 }

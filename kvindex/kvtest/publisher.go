@@ -34,6 +34,13 @@ type Options struct {
 	OldReplay bool
 	// Encode selects the wire version of Publish; zero: vLLM ≥ 0.26.
 	Encode kvevents.EncodeOptions
+	// FirstSeq is the seq of the first message (vLLM starts at 0; some publishers at 1).
+	FirstSeq uint64
+	// ReplayOverlap resends that many buffered batches before the requested seq (a
+	// replay that overlaps what the subscriber applied).
+	ReplayOverlap int
+	// ReplayMute reads replay requests and never answers them (a hung replay socket).
+	ReplayMute bool
 }
 
 type buffered struct {
@@ -67,7 +74,7 @@ func New(opt Options) (*Publisher, error) {
 	if opt.Buffer <= 0 {
 		opt.Buffer = 10000
 	}
-	p := &Publisher{opt: opt, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &Publisher{opt: opt, seq: opt.FirstSeq, stop: make(chan struct{}), done: make(chan struct{})}
 	pub, err := zmq.NewSocket(zmq.PUB)
 	if err != nil {
 		return nil, err
@@ -144,6 +151,22 @@ func (p *Publisher) PublishRaw(payload []byte, send bool) (uint64, error) {
 	return seq, err
 }
 
+// SendRaw sends one message of arbitrary frames on the PUB socket, bypassing seq
+// numbering and the replay buffer (hostile or broken publishers).
+func (p *Publisher) SendRaw(parts ...[]byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("kvtest: publisher closed")
+	}
+	args := make([]any, len(parts))
+	for i, b := range parts {
+		args[i] = b
+	}
+	_, err := p.pub.SendMessage(args...)
+	return err
+}
+
 // Restart simulates a worker restart: seq back to 0, replay buffer emptied.
 func (p *Publisher) Restart() {
 	p.mu.Lock()
@@ -178,11 +201,14 @@ func (p *Publisher) serveReplay(router *zmq.Socket) {
 		if err != nil || len(msg) != 3 || len(msg[2]) != 8 { // [identity, "", seq8]
 			continue
 		}
+		if p.opt.ReplayMute {
+			continue
+		}
 		id, from := msg[0], binary.BigEndian.Uint64(msg[2])
 		p.mu.Lock()
 		var out []buffered
-		for _, b := range p.buf {
-			if b.seq >= from {
+		for i, b := range p.buf {
+			if b.seq >= from || (i+p.opt.ReplayOverlap < len(p.buf) && p.buf[i+p.opt.ReplayOverlap].seq >= from) {
 				out = append(out, b)
 			}
 		}

@@ -21,6 +21,10 @@ type consumer struct {
 	dealers map[int]*zmq.Socket // replay sockets by rank
 	// recovered: a replay ran while handling the current frame (and reused batch)
 	recovered bool
+	// replay backoff of this worker: no replay before replayAfter; replayBackoff is the
+	// last wait (doubles per failed replay, 0 after an answered one)
+	replayAfter   time.Time
+	replayBackoff time.Duration
 }
 
 func (c *consumer) close() {
@@ -57,22 +61,28 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 	p := c.pub(r)
 	switch {
 	case !p.started:
+		// The first frame seen from a publisher is a baseline, not a gap: whatever it
+		// published before we subscribed (its seq may start at 0 or 1, or we joined
+		// late) was never ours to lose. A replay endpoint is asked once for what it
+		// still buffers, to learn blocks stored before; its result never desyncs.
 		p.started = true
-		if f.seq > 0 { // joined late, or the first messages were lost (PUB slow joiner)
-			c.recover(ctx, r, p, 0, f.seq)
+		if f.seq > 0 && c.hasReplay() {
+			c.catchUp(ctx, r, p, f.seq)
 		}
 	case f.seq == p.next:
 	case f.seq > p.next:
 		m.m.Gaps.WithLabelValues(c.name()).Inc()
 		c.recover(ctx, r, p, p.next, f.seq)
 	case f.seq >= p.dupFloor:
-		return // already applied from a replay
+		return // already applied from a replay that covered the frame that triggered it
 	default:
 		m.m.Restarts.WithLabelValues(c.name()).Inc()
 		m.log.Info("kvindex: KV event publisher restarted; dropping its entries", "worker", c.name(), "rank", r, "seq", f.seq, "expected", p.next)
 		m.ix.ResetRank(c.name(), r)
 		*p = pubState{started: true}
-		if f.seq > 0 {
+		if f.seq > 0 && c.hasReplay() {
+			// The new process published before we saw it: those messages are lost unless
+			// its buffer still holds them.
 			c.recover(ctx, r, p, 0, f.seq)
 		}
 	}
@@ -91,6 +101,9 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 	p.dupFloor = p.next
 }
 
+// hasReplay reports whether the worker has a replay endpoint configured.
+func (c *consumer) hasReplay() bool { return c.s.w.KVEvents.ReplayEndpoint != "" }
+
 // resyncAll replays every known rank from its next expected seq (after queue drops).
 func (c *consumer) resyncAll(ctx context.Context) {
 	for r, p := range c.pubs {
@@ -106,18 +119,68 @@ type replayResult string
 const (
 	replayOK      replayResult = "ok"      // every batch from the requested seq on
 	replayPartial replayResult = "partial" // the buffer no longer held the requested seq (or held nothing)
-	replayFailed  replayResult = "failed"  // no replay endpoint, timeout or socket error
+	replayFailed  replayResult = "failed"  // timeout or socket error
 )
 
-// recover replays [from, upto) of rank r and applies what it gets. A partial or failed
-// replay puts the worker in approximate mode (Index.Desync).
+// recover replays [from, upto) of rank r (upto: the live frame that revealed the gap,
+// not applied here) and applies what it gets. A partial or failed replay, no replay
+// endpoint, or a replay endpoint in backoff put the worker in approximate mode
+// (Index.Desync). Afterwards live frames with upto ≤ seq < next were applied from the
+// replay and are duplicates; lower seqs mean the publisher restarted.
 func (c *consumer) recover(ctx context.Context, r int, p *pubState, from, upto uint64) {
 	m := c.s.m
-	c.recovered = true
 	p.next = from
-	res := c.replay(ctx, r, from, upto == from, func(seq uint64, payload []byte, first bool) bool {
+	res, tried := c.replayRange(ctx, r, p, from, upto == from)
+	if res == replayOK && p.next < upto {
+		res = replayPartial // the buffer ended before the live message
+	}
+	if res != replayOK {
+		m.ix.Desync(c.name()) // before the counter: whoever sees the count sees the mode
+		m.log.Warn("kvindex: KV events lost; worker runs approximate until fresh events cover it",
+			"worker", c.name(), "rank", r, "from", from, "upto", upto, "replay", res, "attempted", tried)
+	}
+	if tried {
+		m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
+	}
+	p.dupFloor = upto
+	if p.next < upto {
+		p.next = upto
+	}
+}
+
+// catchUp replays what rank r's buffer holds before its first live frame (seq upto);
+// whatever it gets or misses, the worker stays in sync (the first frame is a baseline).
+func (c *consumer) catchUp(ctx context.Context, r int, p *pubState, upto uint64) {
+	m := c.s.m
+	p.next = 0
+	res, tried := c.replayRange(ctx, r, p, 0, true)
+	if tried {
+		m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
+	}
+	p.dupFloor = upto
+	if p.next < upto {
+		p.next = upto
+	}
+}
+
+// replayRange runs one replay exchange from seq `from` (unless the worker has no replay
+// endpoint or is in replay backoff: tried false) and applies each replayed batch with
+// seq ≥ p.next in order, advancing p.next. Batches below p.next (a replay overlapping
+// what was applied) are skipped. The backoff doubles on failure and resets on an
+// answer.
+func (c *consumer) replayRange(ctx context.Context, r int, p *pubState, from uint64, emptyOK bool) (replayResult, bool) {
+	m := c.s.m
+	c.recovered = true
+	if !c.hasReplay() {
+		return replayFailed, false
+	}
+	if now := time.Now(); now.Before(c.replayAfter) {
+		m.m.ReplayBackoffs.WithLabelValues(c.name()).Inc()
+		return replayFailed, false
+	}
+	res := c.replay(ctx, r, from, emptyOK, func(seq uint64, payload []byte, first bool) bool {
 		if seq < p.next {
-			return true
+			return true // overlap: already applied
 		}
 		if seq > p.next {
 			if !first {
@@ -135,19 +198,13 @@ func (c *consumer) recover(ctx context.Context, r int, p *pubState, from, upto u
 		p.next = seq + 1
 		return true
 	})
-	if res == replayOK && p.next < upto {
-		res = replayPartial // the buffer ended before the live message
+	if res == replayFailed && ctx.Err() == nil {
+		c.replayBackoff = min(max(2*c.replayBackoff, m.opt.ReplayBackoffMin), m.opt.ReplayBackoffMax)
+		c.replayAfter = time.Now().Add(c.replayBackoff)
+	} else {
+		c.replayBackoff, c.replayAfter = 0, time.Time{}
 	}
-	if res != replayOK {
-		m.ix.Desync(c.name()) // before the counter: whoever sees the count sees the mode
-		m.log.Warn("kvindex: KV event replay incomplete; worker runs approximate until fresh events cover it",
-			"worker", c.name(), "rank", r, "from", from, "upto", upto, "result", res)
-	}
-	m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
-	p.dupFloor = from
-	if p.next < upto {
-		p.next = upto
-	}
+	return res, true
 }
 
 var errReplayTimeout = errors.New("replay timed out")
@@ -162,9 +219,6 @@ var errReplayTimeout = errors.New("replay timed out")
 func (c *consumer) replay(ctx context.Context, r int, from uint64, emptyOK bool, got func(seq uint64, payload []byte, first bool) bool) replayResult {
 	m := c.s.m
 	ep := c.s.w.KVEvents.ReplayEndpoint
-	if ep == "" {
-		return replayFailed
-	}
 	sock, err := c.dealer(r, EndpointForRank(ep, r))
 	if err != nil {
 		return replayFailed
@@ -231,7 +285,9 @@ func (c *consumer) replay(ctx context.Context, r int, from uint64, emptyOK bool,
 		isFirst := first
 		if first {
 			first = false
-			hole = seq != from // the requested seq was already evicted from the buffer
+			// Above `from`: the requested seq was already evicted from the buffer. Below
+			// it: the publisher resent batches we have (overlap), which got skips.
+			hole = seq > from
 		}
 		if !got(seq, payload, isFirst) {
 			hole = true

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -51,7 +52,27 @@ type Options struct {
 	// PollInterval bounds how long a socket owner waits before checking for
 	// cancellation. 0 means 100ms.
 	PollInterval time.Duration
+	// MaxMessageBytes is set as ZMQ_MAXMSGSIZE on every socket the manager opens: ZMQ
+	// closes the connection of a peer that sends a larger message part, before
+	// allocating it (counted in Disconnects; the publisher reconnects, the gap is
+	// replayed). 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int64
+	// ReplayBackoffMin and ReplayBackoffMax bound the per-worker backoff after a replay
+	// that got no answer (timeout or socket error): gaps inside the backoff are not
+	// replayed (counted in ReplayBackoffs; the worker goes approximate) and live events
+	// keep being applied. Doubles per failure, reset by an answered replay. 0 means 1s
+	// and 1m.
+	ReplayBackoffMin, ReplayBackoffMax time.Duration
 }
+
+// DefaultMaxMessageBytes is the default ZMQ message size cap: 32 MiB. The largest
+// legitimate KV event batch is one engine step storing a whole context of fresh
+// blocks (a step without chunked prefill schedules up to max_model_len tokens): at
+// most 5 bytes per token id (msgpack uint32), 9 bytes per block hash (33 as bin) and
+// ~200 bytes of fields per event — for a 1M-token context with 16-token blocks about
+// 5.6 MB (7.6 MB with bin hashes). 32 MiB leaves 4× for several such requests in one
+// step; raise it for larger contexts.
+const DefaultMaxMessageBytes = 32 << 20
 
 // Manager runs the subscriptions of every registered worker. It implements
 // workers.Listener; subscribe it to the registry. Safe for concurrent use.
@@ -66,8 +87,11 @@ type Manager struct {
 	ctx    context.Context       // nil until Run; guarded by mu
 	subs   map[string]*workerSub // by worker name; guarded by mu
 	byAddr map[string]string     // worker address → name, for bind mode; guarded by mu
-	wg     sync.WaitGroup
-	bound  chan string // bind mode: the endpoint actually bound (resolved port)
+	byHost map[string][]string   // worker address host (IP) → names, for bind mode; guarded by mu
+	// unmatched: topics already logged as attributed to no worker (bounded); guarded by mu
+	unmatched map[string]bool
+	wg        sync.WaitGroup
+	bound     chan string // bind mode: the endpoint actually bound (resolved port)
 }
 
 // ErrBadTopicPattern is returned by New for a TopicPattern without {addr}.
@@ -108,12 +132,23 @@ func New(opt Options) (*Manager, error) {
 	if opt.PollInterval <= 0 {
 		opt.PollInterval = 100 * time.Millisecond
 	}
+	if opt.MaxMessageBytes <= 0 {
+		opt.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opt.ReplayBackoffMin <= 0 {
+		opt.ReplayBackoffMin = time.Second
+	}
+	if opt.ReplayBackoffMax <= 0 {
+		opt.ReplayBackoffMax = time.Minute
+	}
+	opt.ReplayBackoffMax = max(opt.ReplayBackoffMax, opt.ReplayBackoffMin)
 	re, err := CompileTopicPattern(opt.TopicPattern)
 	if err != nil {
 		return nil, err
 	}
 	return &Manager{opt: opt, ix: opt.Index, m: opt.Metrics, log: opt.Logger, topic: re,
-		subs: map[string]*workerSub{}, byAddr: map[string]string{}, bound: make(chan string, 1)}, nil
+		subs: map[string]*workerSub{}, byAddr: map[string]string{}, byHost: map[string][]string{},
+		unmatched: map[string]bool{}, bound: make(chan string, 1)}, nil
 }
 
 // CompileTopicPattern turns a pattern with {addr} and optional {model} placeholders
@@ -171,9 +206,15 @@ func (m *Manager) WorkerAdded(w *workers.Worker) {
 	if old := m.subs[w.Name]; old != nil {
 		old.stop()
 	}
+	if old := m.subs[w.Name]; old != nil {
+		m.forgetAddrLocked(old.w)
+	}
 	s := newWorkerSub(m, w)
 	m.subs[w.Name] = s
 	m.byAddr[w.Address] = w.Name
+	if h := hostOf(w.Address); h != "" {
+		m.byHost[h] = append(m.byHost[h], w.Name)
+	}
 	if m.ctx != nil {
 		s.start(m.ctx, &m.wg)
 	}
@@ -185,8 +226,8 @@ func (m *Manager) WorkerRemoved(w *workers.Worker) {
 	m.mu.Lock()
 	s := m.subs[w.Name]
 	delete(m.subs, w.Name)
-	if m.byAddr[w.Address] == w.Name {
-		delete(m.byAddr, w.Address)
+	if s != nil {
+		m.forgetAddrLocked(s.w)
 	}
 	m.mu.Unlock()
 	if s != nil {
@@ -243,17 +284,69 @@ loop:
 	}
 }
 
-// dispatch hands a bind-mode message to the worker its topic names.
-func (m *Manager) dispatch(f frame) {
-	g := m.topic.FindStringSubmatch(f.topic)
-	if g == nil {
-		return
+// forgetAddrLocked removes w from the bind-mode address maps.
+func (m *Manager) forgetAddrLocked(w *workers.Worker) {
+	if m.byAddr[w.Address] == w.Name {
+		delete(m.byAddr, w.Address)
 	}
-	addr := g[m.topic.SubexpIndex("addr")]
+	h := hostOf(w.Address)
+	names := m.byHost[h]
+	for i, n := range names {
+		if n == w.Name {
+			names = append(names[:i:i], names[i+1:]...)
+			break
+		}
+	}
+	if len(names) == 0 {
+		delete(m.byHost, h)
+	} else {
+		m.byHost[h] = names
+	}
+}
+
+// hostOf is the host part of a worker address ("10.0.0.5:8000" → "10.0.0.5").
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// maxLoggedTopics bounds the set of unmatched topics remembered for logging once.
+const maxLoggedTopics = 1024
+
+// dispatch hands a bind-mode message to the worker its topic names: by address
+// (host:port), else by host alone when exactly one worker has that host (publishers
+// often put only the pod IP in the topic). Anything else is counted as
+// unmatched_topic and logged once per topic.
+func (m *Manager) dispatch(f frame) {
+	var addr string
+	if g := m.topic.FindStringSubmatch(f.topic); g != nil {
+		addr = g[m.topic.SubexpIndex("addr")]
+	}
 	m.mu.Lock()
-	s := m.subs[m.byAddr[addr]]
+	var s *workerSub
+	if addr != "" {
+		s = m.subs[m.byAddr[addr]]
+		if s == nil {
+			if names := m.byHost[hostOf(addr)]; len(names) == 1 {
+				s = m.subs[names[0]]
+			}
+		}
+	}
+	logIt := false
+	if s == nil && !m.unmatched[f.topic] && len(m.unmatched) < maxLoggedTopics {
+		m.unmatched[f.topic], logIt = true, true
+	}
 	m.mu.Unlock()
 	if s != nil {
 		s.enqueue(f)
+		return
+	}
+	m.m.DroppedMessages.WithLabelValues("unmatched_topic").Inc()
+	if logIt {
+		m.log.Warn("kvindex: bind-mode KV event topic matches no worker; messages dropped",
+			"topic", f.topic, "expected", m.opt.TopicPattern,
+			"hint", "{addr} is a worker's address (host:port) as configured, or its host when exactly one worker has it")
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -155,15 +157,47 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (s *workerSub) newSocket(t zmq.Type) (*zmq.Socket, error) {
+func (s *workerSub) newSocket(t zmq.Type) (*zmq.Socket, error) { return s.m.newSocket(t) }
+
+// newSocket creates a socket with kvroute's options: no linger, the reconnect backoff,
+// and ZMQ_MAXMSGSIZE = Options.MaxMessageBytes, so that ZMQ drops (and disconnects) a
+// peer sending a larger message part before allocating it. Every socket the manager
+// opens is made here.
+func (m *Manager) newSocket(t zmq.Type) (*zmq.Socket, error) {
 	sock, err := zmq.NewSocket(t)
 	if err != nil {
 		return nil, err
 	}
 	_ = sock.SetLinger(0)
-	_ = sock.SetReconnectIvl(s.m.opt.ReconnectMin)
-	_ = sock.SetReconnectIvlMax(s.m.opt.ReconnectMax)
+	_ = sock.SetReconnectIvl(m.opt.ReconnectMin)
+	_ = sock.SetReconnectIvlMax(m.opt.ReconnectMax)
+	if err := sock.SetMaxmsgsize(m.opt.MaxMessageBytes); err != nil {
+		sock.Close()
+		return nil, err
+	}
 	return sock, nil
+}
+
+var monitorSeq atomic.Uint64
+
+// monitor returns a PAIR socket receiving sock's disconnect events (ZMQ closes a
+// connection whose peer sent a message over ZMQ_MAXMSGSIZE, or that went away), owned
+// by sock's goroutine. nil when ZMQ cannot monitor (the count is then lost, nothing else).
+func (m *Manager) monitor(sock *zmq.Socket) *zmq.Socket {
+	addr := fmt.Sprintf("inproc://kvroute-zmqsub-monitor-%d", monitorSeq.Add(1))
+	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+		return nil
+	}
+	mon, err := zmq.NewSocket(zmq.PAIR)
+	if err != nil {
+		return nil
+	}
+	_ = mon.SetLinger(0)
+	if err := mon.Connect(addr); err != nil {
+		mon.Close()
+		return nil
+	}
+	return mon
 }
 
 func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int) error {
@@ -175,19 +209,29 @@ func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int) error {
 	if err := sock.SetSubscribe(s.w.KVEvents.Topic); err != nil {
 		return err
 	}
+	mon := s.m.monitor(sock)
+	if mon != nil {
+		defer mon.Close()
+	}
 	if err := sock.Connect(ep); err != nil {
 		return err
 	}
-	return recvLoop(ctx, sock, s.m.opt.PollInterval, func(f frame) {
+	disc := s.m.m.Disconnects.WithLabelValues(s.w.Name)
+	return recvLoop(ctx, sock, mon, s.m.opt.PollInterval, func(f frame) {
 		f.rank = r
 		s.enqueue(f)
-	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() })
+	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() }, disc.Inc)
 }
 
-// recvLoop receives PUB messages from sock until ctx ends (nil) or a socket error.
-func recvLoop(ctx context.Context, sock *zmq.Socket, poll time.Duration, got func(frame), bad func()) error {
+// recvLoop receives PUB messages from sock until ctx ends (nil) or a socket error;
+// got gets each well-formed frame, bad is called for any other message, disconnected
+// for each disconnect event from mon (may be nil).
+func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, got func(frame), bad, disconnected func()) error {
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
+	if mon != nil {
+		poller.Add(mon, zmq.POLLIN)
+	}
 	for ctx.Err() == nil {
 		ps, err := poller.Poll(poll)
 		if err != nil {
@@ -198,6 +242,15 @@ func recvLoop(ctx context.Context, sock *zmq.Socket, poll time.Duration, got fun
 		}
 		if len(ps) == 0 {
 			continue
+		}
+		for mon != nil {
+			ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+			if err != nil {
+				break
+			}
+			if ev == zmq.EVENT_DISCONNECTED {
+				disconnected()
+			}
 		}
 		for ctx.Err() == nil {
 			msg, err := sock.RecvMessageBytes(zmq.DONTWAIT)
@@ -222,15 +275,18 @@ func (m *Manager) runBind(ctx context.Context) error {
 	backoff := m.opt.ReconnectMin
 	first := true
 	for {
-		sock, err := zmq.NewSocket(zmq.SUB)
+		sock, err := m.newSocket(zmq.SUB)
 		if err != nil {
 			return err
 		}
-		_ = sock.SetLinger(0)
+		mon := m.monitor(sock)
 		_ = sock.SetSubscribe("")
 		if err := sock.Bind(m.opt.BindEndpoint); err != nil {
-			sock.Close()
 			if first {
+				sock.Close()
+				if mon != nil {
+					mon.Close()
+				}
 				return err
 			}
 		} else {
@@ -239,8 +295,12 @@ func (m *Manager) runBind(ctx context.Context) error {
 				m.bound <- ep
 				first = false
 			}
-			err = recvLoop(ctx, sock, m.opt.PollInterval, func(f frame) { f.rank = -1; m.dispatch(f) }, func() {})
-			sock.Close()
+			err = recvLoop(ctx, sock, mon, m.opt.PollInterval, func(f frame) { f.rank = -1; m.dispatch(f) },
+				func() { m.m.DroppedMessages.WithLabelValues("malformed_frame").Inc() }, m.m.Disconnects.WithLabelValues("").Inc)
+		}
+		sock.Close()
+		if mon != nil {
+			mon.Close()
 		}
 		if ctx.Err() != nil {
 			return nil

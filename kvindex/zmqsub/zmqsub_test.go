@@ -83,22 +83,6 @@ func TestReplayBufferOverrunGoesApproximate(t *testing.T) {
 	}
 }
 
-func TestNoReplayEndpointGoesApproximate(t *testing.T) {
-	h := newHarness(t)
-	p := newPublisher(t, kvtest.Options{ReplayEndpoint: "-"})
-	w := workerFor("a", p)
-	h.addWorkers(w)
-	h.connected("a", p)
-	pl, _ := kvevents.Encode(storedBatch(0, 1, 1, nil))
-	_, _ = p.PublishRaw(pl, false)
-	_, _ = p.Publish(storedBatch(100, 1, 2, nil))
-	h.eventually(func() bool { return testutil.ToFloat64(h.ms.Replays.WithLabelValues("a", "failed")) >= 1 }, "no failed replay")
-	h.eventually(func() bool { return h.held("a", toks(100, 1)) == 1 }, "live batch not applied")
-	if h.ix.Mode("a") != kvindex.ModeApproximate {
-		t.Fatal("a worker whose gap cannot be replayed runs approximate")
-	}
-}
-
 func TestRestartDropsOldEntries(t *testing.T) {
 	h := newHarness(t)
 	p := newPublisher(t, kvtest.Options{})

@@ -1,0 +1,83 @@
+package kvindex
+
+import (
+	"testing"
+	"time"
+)
+
+func heldBy(ms []Match, worker string) int {
+	for _, m := range ms {
+		if m.Worker == worker {
+			return m.Blocks
+		}
+	}
+	return 0
+}
+
+// Withdraw takes back exactly what its Book created: a prefix another request booked
+// before, a key confirmed by an event since, and a key another request booked again
+// later all stay.
+func TestWithdrawRemovesOnlyWhatTheBookingCreated(t *testing.T) {
+	ix, clk := newTestIndex(t)
+	ix.SetWorker(WorkerInfo{Name: "a", Model: "m", Events: true})
+	keys := keysOf("m", toks(0, 8))
+
+	ix.Speculate("a", keys[:3]) // an earlier request's prefix
+	clk.Add(time.Millisecond)
+	b := ix.Book("a", keys)
+	if b.Len() != 5 {
+		t.Fatalf("booking created %d entries, want 5 (keys 3..7)", b.Len())
+	}
+	ix.Store("a", TierGPU, keys[5:6]) // an event confirms key 5
+	clk.Add(time.Millisecond)
+	ix.Speculate("a", keys[7:8]) // another request books key 7 again, later
+	if got := heldBy(ix.Lookup(keys, nil), "a"); got != 8 {
+		t.Fatalf("before withdraw: %d blocks, want 8", got)
+	}
+	entries := ix.Entries()
+	if n := ix.Withdraw(b); n != 3 {
+		t.Fatalf("withdrew %d entries, want 3 (keys 3, 4, 6; 5 is confirmed, 7 booked again)", n)
+	}
+	if got := ix.Entries(); got != entries-3 {
+		t.Fatalf("entries %d after withdraw, want %d", got, entries-3)
+	}
+	if got := heldBy(ix.Lookup(keys, nil), "a"); got != 3 {
+		t.Fatalf("after withdraw: %d blocks, want the earlier prefix of 3", got)
+	}
+	if got := heldBy(ix.Lookup(keys[5:], nil), "a"); got != 1 {
+		t.Fatalf("confirmed key 5: %d blocks, want 1 (key 6 withdrawn)", got)
+	}
+	if got := heldBy(ix.Lookup(keys[7:], nil), "a"); got != 1 {
+		t.Fatalf("re-booked key 7: %d blocks, want 1", got)
+	}
+	if n := ix.Withdraw(b); n != 0 {
+		t.Fatalf("second withdraw removed %d, want 0", n)
+	}
+	s, _ := ix.Summary("a")
+	if s.Speculative != 4 { // keys 0, 1, 2, 7
+		t.Fatalf("live speculative entries %d, want 4", s.Speculative)
+	}
+	// The FIFO still expires what is left, and skips the withdrawn entries.
+	clk.Add(11 * time.Second)
+	ix.Sweep()
+	if s, _ := ix.Summary("a"); s.Speculative != 0 {
+		t.Fatalf("after TTL: %d speculative entries, want 0", s.Speculative)
+	}
+}
+
+// A booking on a removed worker withdraws nothing and does not panic; the zero
+// Booking is a no-op.
+func TestWithdrawAfterRemoveWorker(t *testing.T) {
+	ix, _ := newTestIndex(t)
+	b := ix.Book("a", keysOf("m", toks(0, 4)))
+	ix.RemoveWorker("a")
+	if n := ix.Withdraw(b); n != 0 {
+		t.Fatalf("withdrew %d from a removed worker", n)
+	}
+	if n := ix.Withdraw(Booking{}); n != 0 {
+		t.Fatalf("zero booking withdrew %d", n)
+	}
+	if ix.Entries() != 0 {
+		t.Fatalf("entries %d, want 0", ix.Entries())
+	}
+}

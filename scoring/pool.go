@@ -1,0 +1,110 @@
+package scoring
+
+import (
+	"math"
+	"time"
+)
+
+// Hierarchical (empirical-Bayes) factors: each worker's learned θ_w is shrunk toward
+// the pool's θ̄ (one estimator fed by every worker's observations) by how much of the
+// spread between workers its own estimation noise explains, and an unobserved worker's
+// deviation from the pool decays with time:
+//
+//	θ_eff,t = θ̄_t + (1 − B_t)·d_t,        d_t = (θ_w,t − θ̄_t)·a,   a = 2^(−age_w / factor_half_life)
+//	B_t     = v_t / (v_t + τ²_t),          v_t = s²_w · (a·P_w,tt + (1 − a)·P₀)
+//	τ²_t    = max(0, mean_w (θ_w,t − θ̄_t)² − mean_w v_t)
+//
+// v_t is the variance of the worker's own estimate (RLS covariance P scaled by the
+// worker's residual variance s², Ljung & Söderström 1983 §2.6); τ²_t is the
+// between-worker variance, estimated by the method of moments (the James–Stein /
+// Efron–Morris 1973 estimator: what the spread of the estimates shows beyond their own
+// noise). Identical workers whose factors differ only by noise get τ² ≈ 0 and share the
+// pool's factors; workers that really differ (a GPU twice as slow) keep their own.
+// age_w is the time since the worker's last observation: a factor nobody observes
+// returns to the pool's (and its covariance to the prior's, so the next observations
+// re-learn it quickly) — a worker that learned a bad value and is no longer picked is
+// not shut out for ever.
+
+// poolState is the pool estimator and the between-worker variance.
+type poolState struct {
+	est  *rls
+	tau2 [NumTerms]float64
+}
+
+// s2Alpha is the EWMA weight of one squared residual in a worker's residual variance.
+const s2Alpha = 0.05
+
+// s2Prior is the residual variance a worker starts with (10 % relative error).
+const s2Prior = 0.01
+
+// decay is a = 2^(−age/halfLife) for wm at now (1: no decay).
+func (wm *workerModel) decay(now time.Time, halfLife time.Duration) float64 {
+	if halfLife <= 0 || now.IsZero() || wm.lastObs.IsZero() || !now.After(wm.lastObs) {
+		return 1
+	}
+	return math.Exp2(-float64(now.Sub(wm.lastObs)) / float64(halfLife))
+}
+
+// effective returns wm's factors shrunk toward the pool's at now. A worker with no
+// observation uses the pool's.
+func (p *Predictor) effective(wm *workerModel, now time.Time) [NumTerms]float64 {
+	pool := p.pool.est.theta
+	if wm == nil || wm.est.n == 0 {
+		return pool
+	}
+	a := wm.decay(now, p.o.FactorHalfLife)
+	var th [NumTerms]float64
+	for t := range th {
+		v := wm.s2 * (a*wm.est.p[t][t] + (1-a)*rlsP0)
+		b := 1.0
+		if d := v + p.pool.tau2[t]; d > 0 {
+			b = v / d
+		}
+		th[t] = pool[t] + (1-b)*a*(wm.est.theta[t]-pool[t])
+	}
+	return th
+}
+
+// ageLocked applies the decay of wm's deviation and covariance up to now to its state
+// (before it learns at now): θ_w ← θ̄ + a·(θ_w − θ̄), P ← a·P + (1 − a)·P₀·I (a convex
+// combination of covariances, still positive semi-definite).
+func (p *Predictor) ageLocked(wm *workerModel, now time.Time) {
+	a := wm.decay(now, p.o.FactorHalfLife)
+	if a >= 1 {
+		return
+	}
+	pool := p.pool.est.theta
+	for i := range wm.est.theta {
+		wm.est.theta[i] = pool[i] + a*(wm.est.theta[i]-pool[i])
+		for j := range wm.est.p[i] {
+			wm.est.p[i][j] *= a
+		}
+		wm.est.p[i][i] += (1 - a) * rlsP0
+	}
+}
+
+// updateTau2Locked re-estimates the between-worker variance τ² from the workers'
+// current estimates (p.mu held for writing). O(workers × terms).
+func (p *Predictor) updateTau2Locked() {
+	var dev, noise [NumTerms]float64
+	n := 0
+	pool := p.pool.est.theta
+	for _, wm := range p.workers {
+		if wm.est.n == 0 {
+			continue
+		}
+		n++
+		for t := range dev {
+			d := wm.est.theta[t] - pool[t]
+			dev[t] += d * d
+			noise[t] += wm.s2 * wm.est.p[t][t]
+		}
+	}
+	if n < 2 {
+		p.pool.tau2 = [NumTerms]float64{}
+		return
+	}
+	for t := range dev {
+		p.pool.tau2[t] = max(0, (dev[t]-noise[t])/float64(n))
+	}
+}
