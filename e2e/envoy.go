@@ -76,19 +76,36 @@ type Config struct {
 	MetadataKey bool
 	// ReceivingNamespaces are metadata_options.receiving_namespaces.untyped; nil → [envoy.lb].
 	ReceivingNamespaces []string
+
+	// StripHeaders are removed from the client's request before anything else (HCM
+	// early_header_mutation_extensions with header_mutation remove: they run before
+	// route selection and before any filter).
+	StripHeaders []string
+	// FallbackWorkers, when set, imitates the shipped route table: a first route
+	// matching only when DestinationHeader is present (present_match) goes to the
+	// ORIGINAL_DST cluster, and a catch-all route goes to a round-robin cluster of these
+	// worker addresses. Envoy selects the route on the request as it arrives (after
+	// StripHeaders) and selects it again only after a request-direction reply that
+	// carries a header mutation and clear_route_cache, or any such reply when
+	// RouteCacheClear is set (PS DecodingProcessorState::clearRouteCache; reference
+	// §5.2). nil: every request goes to ORIGINAL_DST (the bootstraps before issue 10).
+	FallbackWorkers []string
+	// RouteCacheClear is ext_proc's route_cache_action: CLEAR.
+	RouteCacheClear bool
 }
 
 // Stats are counters of what the stand-in did, for assertions.
 type Stats struct {
 	Messages          int64 // ProcessingRequests sent
 	Timeouts          int64 // per-message timeouts
+	Fallbacks         int64 // requests routed by the catch-all route to FallbackWorkers
 	RejectedMutations int64 // header mutations silently dropped by the default rules (MR)
 	NoHealthyUpstream int64 // 503s from the router: no/invalid destination (OD, RT)
 	LocalReplies      int64 // local replies (immediate responses and Envoy's own errors)
 }
 
 type stats struct {
-	messages, timeouts, rejected, noHost, local atomic.Int64
+	messages, timeouts, rejected, noHost, local, fallbacks atomic.Int64
 }
 
 // Envoy is the stand-in: an http.Handler playing the downstream listener.
@@ -99,6 +116,7 @@ type Envoy struct {
 	upstream *http.Client
 	stats    stats
 	seq      atomic.Uint64
+	rr       atomic.Uint64 // fallback cluster round robin
 }
 
 // New connects to the processor and returns the stand-in.
@@ -144,7 +162,7 @@ func (e *Envoy) Close() error {
 // Stats returns the counters so far.
 func (e *Envoy) Stats() Stats {
 	return Stats{Messages: e.stats.messages.Load(), Timeouts: e.stats.timeouts.Load(), RejectedMutations: e.stats.rejected.Load(),
-		NoHealthyUpstream: e.stats.noHost.Load(), LocalReplies: e.stats.local.Load()}
+		NoHealthyUpstream: e.stats.noHost.Load(), LocalReplies: e.stats.local.Load(), Fallbacks: e.stats.fallbacks.Load()}
 }
 
 // ServeHTTP handles one downstream request: the ext_proc request phases, the router
@@ -152,6 +170,10 @@ func (e *Envoy) Stats() Stats {
 func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{e: e, w: w, r: r, side: e.newSideStream(r.Context())}
 	x.hdrs = requestHeaders(r, fmt.Sprintf("envoy-%d", e.seq.Add(1)))
+	for _, k := range e.cfg.StripHeaders {
+		x.hdrs = x.hdrs.del(strings.ToLower(k)) // early header mutation: before routing and filters
+	}
+	x.routeHdrs = x.hdrs // the route is selected on the request as it arrived
 	x.hasBody = r.Body != nil && r.Body != http.NoBody
 	defer x.side.close()
 	up, lr := x.requestPath()
@@ -201,7 +223,22 @@ func (x *exchange) destination(h headerList) (string, bool) {
 // malformed destination → local reply 503 "no healthy upstream" (RT
 // sendNoHealthyUpstreamResponse, flag UH); connect failure → 503 (flag UF).
 func (x *exchange) forward(up *upReq) (*http.Response, *localReply) {
-	addr, ok := x.destination(up.headers)
+	x.forwarded = true
+	var addr string
+	ok := false
+	if fb := x.e.cfg.FallbackWorkers; len(fb) > 0 {
+		on := x.routeHdrs // the cached route, unless kvroute's reply cleared it
+		if x.routeCleared {
+			on = up.headers
+		}
+		if !on.has(x.e.cfg.DestinationHeader) {
+			x.e.stats.fallbacks.Add(1)
+			addr, ok = fb[int(x.e.rr.Add(1)-1)%len(fb)], true
+		}
+	}
+	if !ok {
+		addr, ok = x.destination(up.headers)
+	}
 	if !ok {
 		x.e.stats.noHost.Add(1)
 		return nil, &localReply{status: 503, body: "no healthy upstream", details: "no_healthy_upstream"}
