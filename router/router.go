@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -379,17 +380,19 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		in.Keys = kvindex.HashBlocks(ns.Seed(), in.Tokens, md.BlockSize, make([]kvindex.Key, 0, len(in.Tokens)/md.BlockSize))
 	}
 	cands := make([]scoring.Candidate, len(ws))
-	idx := make(map[string]int, len(ws))
+	loads := r.opt.Registry.Loads(ws, make([]workers.Load, 0, len(ws)))
 	for i, w := range ws {
-		cands[i] = scoring.Candidate{Worker: w, Load: r.opt.Registry.Load(w.Name)}
-		idx[w.Name] = i
+		cands[i] = scoring.Candidate{Worker: w, Load: loads[i]}
 	}
 	if r.opt.Index != nil && len(in.Keys) > 0 {
 		_, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanIndexLookup)
 		defer span.End()
 		span.SetAttributes(attribute.Int("kvroute.blocks", len(in.Keys)))
 		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
-			if i, ok := idx[m.Worker]; ok {
+			// ws is sorted by name (Registry.Candidates): a binary search per match, no map.
+			if i, ok := slices.BinarySearchFunc(ws, m.Worker, func(w *workers.Worker, name string) int {
+				return strings.Compare(w.Name, name)
+			}); ok {
 				cands[i].Cached = m
 				// vLLM's hit is block-aligned and never the whole prompt: at most
 				// ⌊(prompt−1)/block_size⌋ blocks (vllm/v1/core/kv_cache_manager.py

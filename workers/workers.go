@@ -250,3 +250,13 @@ func (r *Registry) Load(name string) Load {
 	defer r.mu.RUnlock()
 	return r.load[name]
 }
+
+// Loads appends the load of each of ws to dst (one lock for all: the request path).
+func (r *Registry) Loads(ws []*Worker, dst []Load) []Load {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, w := range ws {
+		dst = append(dst, r.load[w.Name])
+	}
+	return dst
+}
