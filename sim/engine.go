@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -69,6 +70,28 @@ type Engine struct {
 	waiting []*seq
 	running []*seq
 	stats   Stats
+	// speed divides every step's duration (1: the profile's speed; 2: twice as fast;
+	// 1/3: three times slower). 0 means 1.
+	speed float64
+}
+
+// SetSpeed makes every later step take the profile's step time ÷ f: a worker f times
+// faster (f > 1) or slower (f < 1) than its profile, e.g. another GPU model in the same
+// pool or a throttled one. Steps already returned keep their duration. f must be > 0.
+func (e *Engine) SetSpeed(f float64) error {
+	if !(f > 0) || f > 1e6 {
+		return fmt.Errorf("sim: speed factor %v: must be positive", f)
+	}
+	e.speed = f
+	return nil
+}
+
+// Speed returns the factor set by SetSpeed (1 if none).
+func (e *Engine) Speed() float64 {
+	if e.speed == 0 {
+		return 1
+	}
+	return e.speed
 }
 
 // NewEngine returns an idle engine. seed is the engine's block-hash seed (vLLM's
@@ -267,6 +290,9 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 	}
 	e.stats.Steps++
 	d = e.prof.StepTime(prefillTokens, decodeSeqs)
+	if e.speed > 0 && e.speed != 1 {
+		d = time.Duration(float64(d) / e.speed)
+	}
 	// 4. sample: every request whose tokens are all computed gets one new token.
 	finished := false
 	for _, sc := range sched {
