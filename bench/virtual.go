@@ -152,7 +152,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		}
 		ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{prof.Model},
 			Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond() * known, DecodeTokensPerSecond: prof.DecodeTokensPerSecond() * known,
-				Overhead: time.Duration(float64(prof.StepOverhead) / known), BlockCapacity: prof.NumBlocks}})
+				Overhead: time.Duration(float64(prof.StepOverhead)/known) + prof.RequestOverhead, BlockCapacity: prof.NumBlocks}})
 	}
 	reg.Set(ws)
 	ix := kvindex.New(kvindex.Options{SpeculativeTTL: o.SpeculativeTTL, Now: clock.Now,
