@@ -58,7 +58,7 @@ type ScoreboardOptions struct {
 	Seeds, TraceSeeds int
 }
 
-// sharedPrefixRow is GuideLLM's shared-prefix shape on 3 × l40s-27b.
+// sharedPrefix builds the shared-prefix workload of o for a seed.
 func sharedPrefix(o SharedPrefixOptions) func(uint64) (*Workload, error) {
 	return func(seed uint64) (*Workload, error) {
 		o := o
@@ -100,13 +100,13 @@ func traceLoader(path string, o TraceOptions) func(uint64) (*Workload, error) {
 //   - multi-turn chat (60 conversations × 6 turns, 1,000-token shared system prompt,
 //     300-token user turns, 64-token replies, 2 s think time), 3 × l40s-27b, from light
 //     (0.25 conversations/s) to saturated (1 conversation/s);
-//   - the Mooncake conversation trace on 8 × h100-8b: its first 10 minutes as recorded,
-//     its first 20 minutes in 10 (2×), its first 30 minutes in 10 (3×, offered prefill
+//   - the Mooncake conversation trace on 8 × h100-8b: its first 5 minutes as recorded,
+//     its first 10 minutes in 5 (2×), its first 15 minutes in 5 (3×, offered prefill
 //     above the cluster's capacity);
-//   - a heterogeneous pool: 8 × h100-8b whose real speeds are 1,1,1,1,2,2,3,3 but which
-//     are all configured alike, under a multi-turn load with long contexts;
-//   - a slowdown: the same multi-turn load on 8 alike workers, worker 0 three times
-//     slower from minute 2;
+//   - a heterogeneous pool: 8 × l40s-27b whose real speeds are 1,1,1,1,2,2,3,3 but which
+//     are all configured alike, multi-turn (300 conversations as above) at 4 conv/s;
+//   - a slowdown: 8 alike l40s-27b workers, 600 conversations at 2 conv/s (5 minutes of
+//     arrivals), worker 0 three times slower from minute 2;
 //   - the GuideLLM-like closed loop of Kinference's published test: 29 concurrent
 //     streams, 8 × 6,000-token prefixes, 256 output tokens, 3 × l40s-27b.
 func ScoreboardRows(o ScoreboardOptions) []Row {
@@ -147,18 +147,20 @@ func ScoreboardRows(o ScoreboardOptions) []Row {
 			speed float64
 			goal  string
 		}{{1, GoalLevel}, {2, GoalLevel}, {3, GoalLead}} {
-			name := fmt.Sprintf("Mooncake trace %g× (first %g min in 10)", c.speed, 10*c.speed)
+			name := fmt.Sprintf("Mooncake trace %g× (first %g min in 5)", c.speed, 5*c.speed)
 			if c.speed == 3 {
 				name += ", overload"
 			}
 			rows = append(rows, Row{Key: fmt.Sprintf("mooncake-x%g", c.speed), Name: name, Goal: c.goal,
-				Workload: traceLoader(o.TracePath, TraceOptions{Speed: c.speed, MaxDuration: 10 * time.Minute}),
+				Workload: traceLoader(o.TracePath, TraceOptions{Speed: c.speed, MaxDuration: 5 * time.Minute}),
 				Arrivals: "trace", Workers: 8, Profile: "h100-8b", Seeds: ts, SLO: slo})
 		}
 	}
 	pool := MultiTurnOptions{Conversations: 600, Turns: 6, SystemTokens: 1000, UserTokens: 300, OutputTokens: 64, Think: 2 * time.Second}
+	hetPool := pool
+	hetPool.Conversations = 300
 	rows = append(rows, Row{Key: "heterogeneous", Name: "heterogeneous pool: 8 × l40s-27b, real speeds 1,1,1,1,2,2,3,3 configured alike, multi-turn 4 conv/s",
-		Goal: GoalLead, Workload: multiTurn(pool), Arrivals: "poisson:4", Workers: 8, Profile: "l40s-27b",
+		Goal: GoalLead, Workload: multiTurn(hetPool), Arrivals: "poisson:4", Workers: 8, Profile: "l40s-27b",
 		Speeds: []float64{1, 1, 1, 1, 2, 2, 3, 3}, Seeds: seeds(5), SLO: slo})
 	rows = append(rows, Row{Key: "slowdown", Name: "slowdown: 8 × l40s-27b, worker 0 3× slower from minute 2, multi-turn 2 conv/s",
 		Goal: GoalLead, Workload: multiTurn(pool), Arrivals: "poisson:2", Workers: 8, Profile: "l40s-27b",
