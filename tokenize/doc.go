@@ -17,8 +17,8 @@
 // LoadModel accepts a Hugging Face layout directory (tokenizer.json,
 // tokenizer_config.json, optional chat_template.jinja / chat_template.json) or a hub
 // cache entry (models--org--name; the refs/main snapshot). It fails with ErrUnsupported
-// for anything it cannot compute exactly (SentencePiece-style BPE such as Gemma, an
-// unknown pre-tokenizer pattern, …) and ErrNoTokenizer when the files are absent. A
+// for anything it cannot compute exactly (a Unigram or WordPiece model, an unknown
+// pre-tokenizer pattern or normalizer, …) and ErrNoTokenizer when the files are absent. A
 // chat template the engine cannot compile or render is reported by ChatError at load
 // time; EncodeText still works.
 //
@@ -34,7 +34,15 @@
 // and gpt-oss (o200k); normalizers none and NFC; post-processors ByteLevel and
 // TemplateProcessing, plus transformers' rebuild of the post-processor for
 // LlamaTokenizerFast/GemmaTokenizerFast from add_bos_token/add_eos_token. Merge
-// priority is the merges list order (no assumption that ranks equal ids). gpt-oss has
+// priority is the merges list order (no assumption that ranks equal ids).
+//
+// SentencePiece-style BPE (Gemma 2/3, Llama 2, Mistral; sentencepiece.go): a
+// tokenizer.json without a ByteLevel pre-tokenizer. Normalizers Replace (String
+// pattern), Prepend, NFC and Sequences of them; pre-tokenizers none, Metaspace
+// (prepend_scheme always/first/never, split on or off) and Gemma's Split on " " after
+// a normalizer that left no space; byte_fallback to <0xNN> tokens, else the unknown
+// token (fused with fuse_unk). Checked against the goldens of gemma3 and llama2 and
+// three Metaspace variants of Llama 2's file (TestMetaspaceExact). gpt-oss has
 // no Jinja chat template (vLLM renders it with openai_harmony): its chat requests fail
 // over to the remote path.
 //
@@ -57,6 +65,7 @@
 //	load.go, jsonscan.go    tokenizer.json / tokenizer_config.json, hub cache layout
 //	model.go                Model, LoadModel, EncodeText, post-processor rules
 //	bytelevel.go, bpe.go    byte-level alphabet, merges by rank
+//	sentencepiece.go        SentencePiece-style BPE: normalizers, Metaspace, byte fallback
 //	pretok.go               hand-written Split pre-tokenizers
 //	added.go                added/special token splitting
 //	cache.go                byte-bounded segment cache
