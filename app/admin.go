@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -15,6 +16,7 @@ import (
 //	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one)
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
+//	POST /debug/tokenize/reset  return models the shadow check switched to remote to their paths (?model=NAME: one)
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -28,6 +30,7 @@ func (a *App) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/tokenize", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
 	})
+	mux.HandleFunc("POST /debug/tokenize/reset", a.resetShadow)
 	mux.HandleFunc("GET /debug/explain", a.debugExplain)
 	return mux
 }
@@ -59,4 +62,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// resetShadow is POST /debug/tokenize/reset[?model=NAME]: it clears the shadow check's
+// record of the model (all models without ?model) and returns a model it switched to
+// the remote path to its configured paths.
+func (a *App) resetShadow(w http.ResponseWriter, r *http.Request) {
+	model := r.URL.Query().Get("model")
+	if !a.Tokenize.ResetShadow(model) {
+		if len(model) > 200 {
+			model = model[:200] + "…"
+		}
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": "no configured model " + strconv.Quote(model)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
 }

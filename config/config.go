@@ -71,6 +71,7 @@ func (c *Config) Validate() error {
 	add(c.Scoring.validate())
 	add(c.Discovery.validate())
 	add(validateModels(c.Models))
+	add(validateTokenize(c.Tokenize))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	return errors.Join(errs...)
 }

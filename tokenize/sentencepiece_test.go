@@ -69,7 +69,7 @@ func TestMetaspaceExact(t *testing.T) {
 // writeTinySP writes a small SentencePiece-style tokenizer.json: characters ▁ a b c,
 // merges a+b→"ab", ▁+ab→"▁ab", byte tokens <0x00>…<0xFF>, <unk>, <s>; edit may change
 // it before writing.
-func writeTinySP(t *testing.T, dir string, edit func(tok map[string]any)) {
+func writeTinySP(t testing.TB, dir string, edit func(tok map[string]any)) {
 	t.Helper()
 	vocab := map[string]any{"<unk>": 0, "<s>": 1}
 	for b := 0; b < 256; b++ {
@@ -171,30 +171,63 @@ func TestSentencePieceRefusals(t *testing.T) {
 	}
 }
 
-// FuzzSentencePieceCut checks that cutting a word before "▁" (spVocab.cut) gives the
-// ids of merging the whole word, on Gemma 3's and Llama 2's vocabularies.
-func FuzzSentencePieceCut(f *testing.F) {
+// TestSentencePieceCut checks on Gemma 3's and Llama 2's vocabularies that cutting a
+// word before "▁" (spVocab.cut) gives the ids of merging the whole word, for every
+// corpus text (Gemma has one token across a cut point, ">▁</").
+func TestSentencePieceCut(t *testing.T) {
 	var corpus corpusFile
-	readJSON(f, filepath.Join("testdata", "corpus.json"), &corpus)
+	readJSON(t, filepath.Join("testdata", "corpus.json"), &corpus)
+	texts := []string{"a>▁</b ▁▁x▁ >▁< <0x41>▁<", "x  >  </ y"}
 	for _, x := range corpus.Texts {
-		f.Add(x.Text)
+		texts = append(texts, x.Text)
 	}
 	for _, x := range corpus.MoreTexts {
-		f.Add(x.Text)
+		texts = append(texts, x.Text)
 	}
-	f.Add("a>▁</b ▁▁x▁ >▁<")
-	ms := []*Model{loadFamily(f, "gemma3"), loadFamily(f, "llama2")}
+	for _, fam := range []string{"gemma3", "llama2"} {
+		m := loadFamily(t, fam)
+		for _, s := range texts {
+			checkCut(t, m, s)
+		}
+	}
+}
+
+func checkCut(t *testing.T, m *Model, s string) {
+	t.Helper()
+	w := m.sp.normalize(s, true)
+	cut := m.bpe.encodeSPRun(nil, w)
+	whole := m.bpe.encodeSP(nil, w)
+	if d := firstDiff(cut, whole); d >= 0 {
+		t.Fatalf("%s: %q: cut and whole differ at %d\n  cut %v\nwhole %v", m.Dir, s, d, cut, whole)
+	}
+}
+
+// FuzzSentencePieceCut is TestSentencePieceCut's property on a small vocabulary with
+// tokens across cut points (">▁", ">▁<", "ab▁") and byte fallback.
+func FuzzSentencePieceCut(f *testing.F) {
+	for _, s := range []string{"ab ab", " >  < ab  c", "é>▁<", "ab▁▁", ">", "▁▁▁", "a\xffb ab"} {
+		f.Add(s)
+	}
+	dir := f.TempDir()
+	writeTinySP(f, dir, func(tok map[string]any) {
+		md := tok["model"].(map[string]any)
+		v := md["vocab"].(map[string]any)
+		for i, s := range []string{">", "<", ">▁", ">▁<", "▁▁", "ab▁", "▁ab▁"} {
+			v[s] = 400 + i
+		}
+		md["merges"] = []any{"a b", "> ▁", "▁ ▁", ">▁ <", "ab ▁", "▁ ab", "▁ab ▁"}
+	})
+	m, err := LoadModel(dir, Options{CacheBytes: -1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if !m.bpe.sp.cut || !m.bpe.sp.cross['>'] || !m.bpe.sp.cross['b'] {
+		f.Fatalf("tiny vocabulary: cut %v cross %v", m.bpe.sp.cut, m.bpe.sp.cross)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		if len(s) > 4096 {
 			return
 		}
-		for _, m := range ms {
-			w := m.sp.normalize(s, true)
-			cut := m.bpe.encodeSPRun(nil, w)
-			whole := m.bpe.encodeSP(nil, w)
-			if d := firstDiff(cut, whole); d >= 0 {
-				t.Fatalf("%s: %q: cut and whole differ at %d\n cut %v\nwhole %v", m.Dir, s, d, cut, whole)
-			}
-		}
+		checkCut(t, m, s)
 	})
 }

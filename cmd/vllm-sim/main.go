@@ -50,6 +50,7 @@ func run(args []string) error {
 	maxBatch := fs.Int("max-num-batched-tokens", 0, "override max_num_batched_tokens")
 	tokDir := fs.String("tokenizer", "", "directory with tokenizer.json (+ chat template), e.g. .cache/tokenizers/gemma3 from scripts/fetch-tokenizers.sh; default: the stand-in tokenizer (one token per word, t123 = token 123)")
 	defMax := fs.Int("default-max-tokens", 16, "max_tokens when a request sets none")
+	disagree := fs.Bool("tokenize-disagree", false, "POST /tokenize answers wrong ids on purpose (the last id changed), to test a router's shadow check; generation is unaffected")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,7 +94,8 @@ func run(args []string) error {
 		}
 	}()
 	for i := 0; i < *n; i++ {
-		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens}
+		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens,
+			TokenizeDisagree: *disagree}
 		if *seed != 0 {
 			opt.Seed = *seed + uint64(i)
 		}
