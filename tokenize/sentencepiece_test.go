@@ -1,11 +1,17 @@
 package tokenize
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
 )
 
 // TestMetaspaceExact checks the Metaspace pre-tokenizer (prepend_scheme first, always,
@@ -230,4 +236,40 @@ func FuzzSentencePieceCut(f *testing.F) {
 		}
 		checkCut(t, m, s)
 	})
+}
+
+// TestGemmaRoleErrorGoesToWorker: Gemma's template raises on roles that do not
+// alternate, as it does in vLLM (HTTP 400). kvroute's local path fails with
+// template_error, the worker's /tokenize answers 400 (client_error: no backoff), and
+// the request is routed on load so that the worker gives the client its own 400.
+func TestGemmaRoleErrorGoesToWorker(t *testing.T) {
+	m := loadFamily(t, "gemma3")
+	w := newFakeWorker(t)
+	w.mode.Store("400")
+	ms := metrics.NewUnregistered().Tokenize
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "gemma", Model: m}}, Metrics: ms,
+		Address: func(string) (string, bool) { return w.addr(), true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := request.Parse(request.APIChat, []byte(`{"model":"gemma","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		res, _ := s.Tokenize(context.Background(), req)
+		if res.Path != PathNone || res.Degraded != "remote_"+ReasonClient {
+			t.Fatalf("role error: %+v, want degraded remote_client_error", res)
+		}
+	}
+	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("gemma", "local", ReasonTemplate)); got != 4 {
+		t.Errorf("failures{local,template_error} = %v, want 4", got)
+	}
+	if w.calls.Load() != 4 {
+		t.Errorf("worker asked %d times, want 4 (a client error starts no backoff)", w.calls.Load())
+	}
+	ok, _ := request.Parse(request.APIChat, []byte(`{"model":"gemma","messages":[{"role":"user","content":"a"}]}`))
+	if res, _ := s.Tokenize(context.Background(), ok); res.Path != PathLocal || res.Tokens[0] != 2 {
+		t.Errorf("alternating roles: %+v, want the local path starting with <bos>", res)
+	}
 }
