@@ -28,6 +28,17 @@
 // paths, failures and degraded requests in metrics.Tokenize, and reports per-model path
 // health (Health, served at GET /debug/tokenize).
 //
+// The remote path asks the model's workers (ServiceOptions.Addresses) in turn, up to
+// three, within ModelConfig.RemoteBudget; a worker failing three times in a row is
+// skipped for RemoteBackoff on its own. A 4xx (404/405/408/429 aside) is the request's
+// fault (ReasonClient): no backoff, no second worker, the request goes on degraded and
+// the worker answers the client itself.
+//
+// Shadow check (shadow.go): Service implements Shadower; the router hands it each
+// local-path result with the picked worker's address, and a sampled, rate-capped share
+// is compared off the request path with that worker's /tokenize. Past a mismatch rate
+// the model's local path is switched off (ReasonShadow) until ResetShadow.
+//
 // # Supported tokenizers
 //
 // Byte-level BPE with the pre-tokenizer patterns of Qwen2/2.5/3, Llama 3.x, DeepSeek V3
@@ -44,7 +55,9 @@
 // token (fused with fuse_unk). Checked against the goldens of gemma3 and llama2 and
 // three Metaspace variants of Llama 2's file (TestMetaspaceExact). gpt-oss has
 // no Jinja chat template (vLLM renders it with openai_harmony): its chat requests fail
-// over to the remote path.
+// over to the remote path. Harmony rendering is not implemented: no runnable reference
+// is reachable here, and vLLM's harmony system message carries the engine host's
+// current date.
 //
 // # How it is fast
 //
@@ -71,6 +84,7 @@
 //	cache.go                byte-bounded segment cache
 //	chat.go, jsonvalue.go   chat templates, vLLM message/tool normalization, Anthropic
 //	service.go, remote.go   per-model path chains, worker /tokenize, health, metrics
+//	shadow.go               sampled shadow check of local ids against the picked worker
 //	testdata/gen            reference generator (make tokenizer-goldens)
 //
 // # Chat rendering
