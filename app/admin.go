@@ -15,7 +15,7 @@ import (
 //	GET /readyz          readiness: 200 once servers run and at least one worker is healthy
 //	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one)
-//	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
+//	GET /debug/tokenize  JSON: each model's tokenizer, chat template, path health and shadow check; workers in remote backoff
 //	POST /debug/tokenize/reset  return models the shadow check switched to remote to their paths (?model=NAME: one)
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 func (a *App) AdminHandler() http.Handler {
@@ -28,7 +28,7 @@ func (a *App) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/workers", a.debugWorkers)
 	mux.HandleFunc("GET /debug/index", a.debugIndex)
 	mux.HandleFunc("GET /debug/tokenize", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
+		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health(), "remote_workers": a.Tokenize.RemoteWorkers()})
 	})
 	mux.HandleFunc("POST /debug/tokenize/reset", a.resetShadow)
 	mux.HandleFunc("GET /debug/explain", a.debugExplain)

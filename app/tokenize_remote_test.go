@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -70,5 +71,17 @@ func TestRemoteTokenizeHungWorker(t *testing.T) {
 	}
 	if goodCalls.Load() != 12 {
 		t.Errorf("healthy worker asked %d times, want 12", goodCalls.Load())
+	}
+	// /debug/tokenize names the hung worker and its backoff.
+	rec := httptest.NewRecorder()
+	a.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/tokenize", nil))
+	var out struct {
+		RemoteWorkers []tokenize.RemoteWorkerHealth `json:"remote_workers"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.RemoteWorkers) != 1 || out.RemoteWorkers[0].Address != hung.Listener.Addr().String() {
+		t.Errorf("remote_workers = %+v, want only the hung worker", out.RemoteWorkers)
 	}
 }

@@ -514,3 +514,31 @@ func (s *Service) Health() []ModelHealth {
 	}
 	return out
 }
+
+// RemoteWorkerHealth is one worker's remote tokenization record, as /debug/tokenize
+// shows it: workers that failed lately (a worker with nothing to report is absent).
+type RemoteWorkerHealth struct {
+	Address string `json:"address"`
+	// Streak is the count of consecutive failures (timeout, connection, 5xx, bad
+	// answer); at 3 the worker is skipped until SkipUntil.
+	Streak    int       `json:"failure_streak"`
+	SkipUntil time.Time `json:"skipped_until,omitzero"`
+	Skipped   bool      `json:"skipped"`
+}
+
+// RemoteWorkers returns the workers with a remote failure record, sorted by address.
+func (s *Service) RemoteWorkers() []RemoteWorkerHealth {
+	now := s.now()
+	s.wmu.Lock()
+	out := make([]RemoteWorkerHealth, 0, len(s.workers))
+	for addr, w := range s.workers {
+		if w.streak == 0 && !now.Before(w.skipUntil) {
+			continue
+		}
+		out = append(out, RemoteWorkerHealth{Address: addr, Streak: w.streak, SkipUntil: w.skipUntil,
+			Skipped: s.backoff > 0 && now.Before(w.skipUntil)})
+	}
+	s.wmu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
+	return out
+}
