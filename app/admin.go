@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -14,7 +15,8 @@ import (
 //	GET /readyz          readiness: 200 once servers run and at least one worker is healthy (ready.go)
 //	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one; ?limit=N≤1000&cursor=NAME: a page)
-//	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
+//	GET /debug/tokenize  JSON: each model's tokenizer, chat template, path health and shadow check; workers in remote backoff
+//	POST /debug/tokenize/reset  return models the shadow check switched to remote to their paths (?model=NAME: one)
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -27,8 +29,9 @@ func (a *App) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/workers", a.debugAuth(a.debugWorkers))
 	mux.HandleFunc("GET /debug/index", a.debugAuth(a.debugIndex))
 	mux.HandleFunc("GET /debug/tokenize", a.debugAuth(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
+		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health(), "remote_workers": a.Tokenize.RemoteWorkers()})
 	}))
+	mux.HandleFunc("POST /debug/tokenize/reset", a.debugAuth(a.resetShadow))
 	mux.HandleFunc("GET /debug/explain", a.debugAuth(a.debugExplain))
 	return mux
 }
@@ -52,4 +55,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// resetShadow is POST /debug/tokenize/reset[?model=NAME]: it clears the shadow check's
+// record of the model (all models without ?model) and returns a model it switched to
+// the remote path to its configured paths.
+func (a *App) resetShadow(w http.ResponseWriter, r *http.Request) {
+	model := r.URL.Query().Get("model")
+	if !a.Tokenize.ResetShadow(model) {
+		if len(model) > 200 {
+			model = model[:200] + "…"
+		}
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": "no configured model " + strconv.Quote(model)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
 }

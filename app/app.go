@@ -101,7 +101,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	// remote calls spread round robin over the model's healthy workers.
 	var tms []tokenize.ModelConfig
 	for _, m := range cfg.Models {
-		mc := tokenize.ModelConfig{Name: m.Name, Tokenizer: m.Tokenizer, Base: m.Base, RemoteTimeout: m.RemoteTokenizeTimeout}
+		mc := tokenize.ModelConfig{Name: m.Name, Tokenizer: m.Tokenizer, Base: m.Base, RemoteTimeout: m.RemoteTokenizeTimeout,
+			RemoteBudget: m.RemoteTokenizeBudget}
 		for _, p := range m.TokenizePaths {
 			mc.Paths = append(mc.Paths, tokenize.Path(p))
 		}
@@ -110,12 +111,21 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	var tokRR atomic.Uint64
 	a.Tokenize, err = tokenize.NewService(tokenize.ServiceOptions{Models: tms, Metrics: ms.Tokenize, Logger: logger,
 		Load: tokenize.Options{CacheBytes: cfg.Tokenize.CacheBytes, MinCachedSegment: cfg.Tokenize.MinCachedSegment},
-		Address: func(model string) (string, bool) {
+		Shadow: tokenize.ShadowOptions{Fraction: cfg.Tokenize.Shadow.Fraction, MaxPerSecond: cfg.Tokenize.Shadow.MaxPerSecond,
+			MismatchRate: cfg.Tokenize.Shadow.MismatchRate, MinChecks: cfg.Tokenize.Shadow.MinChecks, Timeout: cfg.Tokenize.Shadow.Timeout},
+		Addresses: func(model string) []string {
 			ws, _ := a.Registry.Candidates(model, nil)
 			if len(ws) == 0 {
-				return "", false
+				return nil
 			}
-			return ws[int(tokRR.Add(1)%uint64(len(ws)))].Address, true
+			// Round robin: start at the next worker, then the others in turn (a
+			// worker that fails is followed by another, issue 10 item 6).
+			start := int(tokRR.Add(1) % uint64(len(ws)))
+			out := make([]string, len(ws))
+			for i := range ws {
+				out[i] = ws[(start+i)%len(ws)].Address
+			}
+			return out
 		}})
 	if err != nil {
 		return nil, err

@@ -76,6 +76,7 @@ func (c *Config) Validate() error {
 	add(c.Discovery.validate())
 	add(c.Tracing.validate())
 	add(validateModels(c.Models))
+	add(validateTokenize(c.Tokenize))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))

@@ -261,6 +261,9 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	r.book(t, in.Keys)
 	r.m.DecisionSeconds.Observe(time.Since(start).Seconds())
 	r.m.Decisions.WithLabelValues(t.Worker, d.Reason).Inc()
+	if sh, ok := r.opt.Tokenizer.(tokenize.Shadower); ok && in.path == tokenize.PathLocal {
+		sh.Shadow(req, in.path, in.Tokens, t.Address) // sampled; checked off the request path
+	}
 	if in.PromptTokens > 0 {
 		r.m.PromptTokens.Observe(float64(in.PromptTokens))
 		r.m.PromptTokensSeen.Add(float64(in.PromptTokens))
