@@ -15,7 +15,8 @@
 //   - a response BUFFERED_PARTIAL body is processed like STREAMED;
 //   - request header mode SKIP sends no request-direction message at all;
 //   - no mode_override, no send_body_without_waiting_for_header_response, no
-//     observability mode, no retries.
+//     observability mode; retries only with OverrideHost (connect failures down
+//     kvroute's endpoint list).
 package e2e
 
 import (
@@ -76,6 +77,21 @@ type Config struct {
 	MetadataKey bool
 	// ReceivingNamespaces are metadata_options.receiving_namespaces.untyped; nil → [envoy.lb].
 	ReceivingNamespaces []string
+	// ForwardingNamespaces are metadata_options.forwarding_namespaces.untyped: the
+	// stream's dynamic metadata of these namespaces rides on every ProcessingRequest as
+	// metadata_context (CC addDynamicMetadata). nil → none.
+	ForwardingNamespaces []string
+	// RequestMetadata is dynamic metadata an earlier filter set on every request
+	// ({namespace: {key: value}}), e.g. the GIE subset hint envoy.lb.subset_hint.
+	RequestMetadata map[string]map[string]any
+	// OverrideHost imitates the override_host load balancing policy (OH) on a cluster
+	// of the workers instead of ORIGINAL_DST: endpoints "ip:port,ip:port,..." from the
+	// destination header (first value), else envoy.lb metadata; attempt N goes to the
+	// N-th endpoint, a connect failure is retried up to Retries times (route
+	// retry_policy retry_on connect-failure); the endpoint that served is written to
+	// envoy.lb/<DestinationHeader>-served (selected_host_key).
+	OverrideHost bool
+	Retries      int
 
 	// StripHeaders are removed from the client's request before anything else (HCM
 	// early_header_mutation_extensions with header_mutation remove: they run before
@@ -236,6 +252,9 @@ func (x *exchange) forward(up *upReq) (*http.Response, *localReply) {
 			addr, ok = fb[int(x.e.rr.Add(1)-1)%len(fb)], true
 		}
 	}
+	if x.e.cfg.OverrideHost {
+		return x.forwardOverrideHost(up)
+	}
 	if !ok {
 		addr, ok = x.destination(up.headers)
 	}
@@ -243,6 +262,40 @@ func (x *exchange) forward(up *upReq) (*http.Response, *localReply) {
 		x.e.stats.noHost.Add(1)
 		return nil, &localReply{status: 503, body: "no healthy upstream", details: "no_healthy_upstream"}
 	}
+	return x.send(up, addr)
+}
+
+// forwardOverrideHost is the router with the override_host policy (OH): kvroute's
+// endpoint list in order, one per attempt, retried on connect failure; the served
+// endpoint goes to dynamic metadata (selected_host_key).
+func (x *exchange) forwardOverrideHost(up *upReq) (*http.Response, *localReply) {
+	v := up.headers.get(x.e.cfg.DestinationHeader)
+	if v == "" {
+		v, _ = x.side.meta("envoy.lb", x.e.cfg.DestinationHeader)
+	}
+	var eps []string
+	for _, e := range strings.Split(v, ",") {
+		if ap, err := netip.ParseAddrPort(strings.TrimSpace(e)); err == nil {
+			eps = append(eps, ap.String())
+		}
+	}
+	if len(eps) == 0 {
+		x.e.stats.noHost.Add(1) // the stand-in has no fallback policy's endpoints
+		return nil, &localReply{status: 503, body: "no healthy upstream", details: "no_healthy_upstream"}
+	}
+	var lr *localReply
+	for attempt := 0; attempt <= x.e.cfg.Retries && attempt < len(eps); attempt++ {
+		var resp *http.Response
+		if resp, lr = x.send(up, eps[attempt]); lr == nil {
+			x.side.setMeta("envoy.lb", x.e.cfg.DestinationHeader+"-served", eps[attempt])
+			return resp, nil
+		}
+	}
+	return nil, lr
+}
+
+// send is one upstream attempt to addr.
+func (x *exchange) send(up *upReq, addr string) (*http.Response, *localReply) {
 	req, err := http.NewRequestWithContext(x.r.Context(), up.headers.get(":method"), "http://"+addr+up.headers.get(":path"), up.body)
 	if err != nil {
 		return nil, &localReply{status: 500, body: err.Error()}
