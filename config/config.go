@@ -42,6 +42,7 @@ type Config struct {
 	Workers   []Worker  `mapstructure:"workers"`
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
 	Proxy     Proxy     `mapstructure:"proxy"`
+	Peers     Peers     `mapstructure:"peers"`
 }
 
 // Default returns the configuration with every default set.
@@ -54,6 +55,7 @@ func Default() Config {
 		Scoring:   defaultScoring(),
 		Discovery: defaultDiscovery(),
 		Proxy:     defaultProxy(),
+		Peers:     defaultPeers(),
 	}
 }
 
@@ -76,6 +78,7 @@ func (c *Config) Validate() error {
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))
+	add(c.Peers.validate(c.Index))
 	return errors.Join(errs...)
 }
 
