@@ -18,6 +18,7 @@ import (
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template, path health and shadow check; workers in remote backoff
 //	POST /debug/tokenize/reset  return models the shadow check switched to remote to their paths (?model=NAME: one)
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
+//	GET /debug/peers     JSON: peer replicas seen, their state's age, bytes exchanged, bookings imported (peers.go)
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
@@ -33,6 +34,7 @@ func (a *App) AdminHandler() http.Handler {
 	}))
 	mux.HandleFunc("POST /debug/tokenize/reset", a.debugAuth(a.resetShadow))
 	mux.HandleFunc("GET /debug/explain", a.debugAuth(a.debugExplain))
+	mux.HandleFunc("GET /debug/peers", a.debugAuth(a.debugPeers))
 	return mux
 }
 

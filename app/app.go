@@ -28,6 +28,7 @@ import (
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/kvindex/zmqsub"
 	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/peers"
 	"github.com/kvroute/kvroute/proxy"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
@@ -48,6 +49,10 @@ type App struct {
 	Metrics  *metrics.Set
 	Gatherer prometheus.Gatherer
 	Tracing  *tracing.Provider // kvroute.route spans; flushed when Run returns
+	// Peers exchanges bookings with peer replicas (nil: peers.listen_addr unset);
+	// PeerRegistry holds the peer addresses it streams to.
+	Peers        *peers.Manager
+	PeerRegistry *workers.Registry
 
 	ready       chan struct{}
 	explainSem  chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
@@ -137,6 +142,9 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		a.Registry.Subscribe(l)
 	}
 	a.Registry.Set(staticWorkers(cfg))
+	if err := a.newPeers(); err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
 	return a, nil
 }
 
@@ -178,6 +186,7 @@ type Listeners struct {
 	Health  net.Listener // optional: a separate gRPC health listener
 	Admin   net.Listener // optional
 	Proxy   net.Listener // required for Proxy
+	Peers   net.Listener // peer replicas' streams; required when peers.listen_addr is set
 }
 
 // Listen opens the listeners named in the config: ext_proc+health+admin for serve,
@@ -205,6 +214,7 @@ func Listen(cfg *config.Config, proxyMode bool) (Listeners, error) {
 		}
 	}
 	l.Admin = open(cfg.Server.AdminAddr)
+	l.Peers = open(cfg.Peers.ListenAddr)
 	if err != nil {
 		l.Close()
 		return Listeners{}, err
@@ -214,7 +224,7 @@ func Listen(cfg *config.Config, proxyMode bool) (Listeners, error) {
 
 // Close closes every open listener.
 func (l Listeners) Close() {
-	for _, ln := range []net.Listener{l.ExtProc, l.Health, l.Admin, l.Proxy} {
+	for _, ln := range []net.Listener{l.ExtProc, l.Health, l.Admin, l.Proxy, l.Peers} {
 		if ln != nil {
 			ln.Close()
 		}
@@ -250,6 +260,25 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	} else if src != nil {
 		goRun(func() error { return src.Run(ctx) })
 		a.Logger.Info("worker discovery started", "mode", a.Config.Discovery.Mode)
+	}
+	// peers: stream this replica's bookings to its peers and apply theirs.
+	if a.Peers != nil {
+		if l.Peers == nil {
+			cancel()
+			wg.Wait()
+			return errors.New("peers: peers.listen_addr is set but Listeners.Peers is nil")
+		}
+		src, err := a.newPeerDiscovery()
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("peers discovery: %w", err)
+		}
+		if src != nil {
+			goRun(func() error { return src.Run(ctx) })
+		}
+		goRun(func() error { return a.Peers.Run(ctx, l.Peers) })
+		a.Logger.Info("peers listening", "addr", l.Peers.Addr().String(), "id", a.Peers.ID())
 	}
 	// scoring: poll each worker's vLLM /metrics (load for the predictor, health).
 	if sc := a.Config.Scoring.Scrape; sc.Interval > 0 {

@@ -43,6 +43,7 @@ type Config struct {
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
 	Proxy     Proxy     `mapstructure:"proxy"`
 	Tracing   Tracing   `mapstructure:"tracing"`
+	Peers     Peers     `mapstructure:"peers"`
 }
 
 // Default returns the configuration with every default set.
@@ -56,6 +57,7 @@ func Default() Config {
 		Discovery: defaultDiscovery(),
 		Proxy:     defaultProxy(),
 		Tracing:   defaultTracing(),
+		Peers:     defaultPeers(),
 	}
 }
 
@@ -80,6 +82,7 @@ func (c *Config) Validate() error {
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))
+	add(c.Peers.validate(c.Index))
 	return errors.Join(errs...)
 }
 

@@ -47,3 +47,8 @@ func (ix *Index) Withdraw(b Booking) int {
 	}
 	return n
 }
+
+// Keys returns the keys whose speculative entry the booking created (shared, not to
+// be modified): the blocks a request is about to prefill on the booking's worker that
+// no earlier event or booking announced there.
+func (b Booking) Keys() []Key { return b.keys }

@@ -20,6 +20,7 @@ type Set struct {
 	Tokenize *Tokenize
 	Scoring  *Scoring
 	Workers  *Workers
+	Peers    *Peers
 }
 
 // New creates every metric and registers it on reg.
@@ -31,6 +32,7 @@ func New(reg prometheus.Registerer) *Set {
 		Tokenize: newTokenize(reg),
 		Scoring:  newScoring(reg),
 		Workers:  newWorkers(reg),
+		Peers:    newPeers(reg),
 	}
 }
 

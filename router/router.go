@@ -119,6 +119,11 @@ type Router struct {
 	// worker's index cleanup (write side): a booking either lands before the cleanup or
 	// sees its ticket released and books nothing.
 	specMu sync.RWMutex
+
+	// peerBooked is the bookings peer replicas hold per worker (SetPeerBookings);
+	// changes counts changes of this replica's own bookings (Changes).
+	peerBooked atomic.Pointer[map[string]scoring.Booked]
+	changes    atomic.Uint64
 }
 
 // flight is one worker's bookings. booked is guarded by Router.mu; pub is booked as
@@ -222,10 +227,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
-		cands[i].Booked = scoring.Booked{}
-		if f := r.flights[cands[i].Worker.Name]; f != nil {
-			cands[i].Booked = f.booked
-		}
+		cands[i].Booked = r.bookedLocked(cands[i].Worker.Name)
 	}
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
@@ -302,10 +304,7 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
-		cands[i].Booked = scoring.Booked{}
-		if f := r.flights[cands[i].Worker.Name]; f != nil {
-			cands[i].Booked = f.booked
-		}
+		cands[i].Booked = r.bookedLocked(cands[i].Worker.Name)
 	}
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
@@ -426,8 +425,6 @@ func (r *Router) liveLocked(cands []scoring.Candidate) []scoring.Candidate {
 	return out
 }
 
-// gaugesLocked publishes f's bookings (gauges and the lock-free snapshot) after a
-// change. Caller holds r.mu.
 // flightLocked returns worker's in-flight state, created (with its gauges) on first
 // use. Caller holds r.mu.
 func (r *Router) flightLocked(worker string) *flight {
@@ -457,8 +454,11 @@ func (t *Ticket) bookLocked(f *flight, sign int) {
 	t.r.gaugesLocked(t.on, f)
 }
 
+// gaugesLocked publishes f's bookings (gauges and the lock-free snapshot) after a
+// change. Caller holds r.mu.
 func (r *Router) gaugesLocked(_ string, f *flight) {
 	b := &f.booked
+	r.changes.Add(1)
 	f.pub[0].Store(int64(b.Requests))
 	f.pub[1].Store(int64(b.PrefillTokens))
 	f.pub[2].Store(int64(b.Prefilling))
@@ -483,10 +483,13 @@ func (r *Router) prepolicy(in *input, cands []scoring.Candidate) {
 	if !ok {
 		return
 	}
+	peers := r.peerBooked.Load()
 	for i := range cands {
+		var b scoring.Booked
 		if v, ok := r.pub.Load(cands[i].Worker.Name); ok {
-			cands[i].Booked = v.(*flight).snapshot()
+			b = v.(*flight).snapshot()
 		}
+		cands[i].Booked = addPeer(b, peers, cands[i].Worker.Name)
 	}
 	sp.Prepare(&in.Input, cands)
 }
@@ -506,6 +509,7 @@ func (r *Router) book(t *Ticket, keys []kvindex.Key) {
 	b := r.opt.Index.Book(t.Worker, keys)
 	if b.Len() > 0 {
 		t.spec.Store(&b)
+		r.changes.Add(1) // the keys being prefilled changed (LocalBookings)
 	}
 }
 

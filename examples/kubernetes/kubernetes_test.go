@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -39,6 +40,7 @@ type objects struct {
 	accounts    map[string]*corev1.ServiceAccount
 	roles       map[string]*rbacv1.Role
 	bindings    []*rbacv1.RoleBinding
+	pdbs        []*policyv1.PodDisruptionBudget
 	all         []runtime.Object
 }
 
@@ -102,6 +104,8 @@ func load(t *testing.T) objects {
 				o.roles[x.Name] = x
 			case *rbacv1.RoleBinding:
 				o.bindings = append(o.bindings, x)
+			case *policyv1.PodDisruptionBudget:
+				o.pdbs = append(o.pdbs, x)
 			case *corev1.Namespace:
 			default:
 				t.Errorf("unexpected kind %T", obj)

@@ -1,0 +1,604 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// Defaults of Options' zero fields.
+const (
+	DefaultInterval         = 25 * time.Millisecond
+	DefaultSilenceTimeout   = 3 * time.Second
+	DefaultMaxMessageBytes  = 4 << 20
+	DefaultMaxWorkers       = 4096
+	DefaultMaxKeysPerWorker = 16384
+	DefaultMaxPeers         = 64
+	maxNameBytes            = 253 // a DNS name
+)
+
+// Reasons of kvroute_peers_dropped_total and kvroute_peers_expired_total.
+const (
+	DropMalformed    = "malformed"
+	DropStale        = "stale"
+	DropSelf         = "self"
+	DropTooManyPeers = "too_many_peers"
+	ExpireSilent     = "silent"
+	ExpireStream     = "stream_ended"
+)
+
+// Local is this replica's router as the exchange sees it; *router.Router implements it.
+type Local interface {
+	Changes() uint64
+	LocalBookings(maxKeys int) []router.WorkerBookings
+	SetPeerBookings(map[string]scoring.Booked)
+}
+
+// Index is where peers' block keys being prefilled become speculative entries;
+// *kvindex.Index implements it.
+type Index interface {
+	Book(worker string, keys []kvindex.Key) kvindex.Booking
+	Withdraw(b kvindex.Booking) int
+}
+
+// Options configures a Manager. Zero values take the defaults above.
+type Options struct {
+	ID     string // this replica's id, unique among peers; "" = hostname and a random suffix
+	Router Local  // required
+	Index  Index  // nil: peers' keys are not imported
+	// Interval is the coalescing period: local changes are sent at most once per
+	// Interval, and silent peers are looked for as often.
+	Interval time.Duration
+	// SilenceTimeout drops a peer's state (its bookings and imported entries) when
+	// nothing arrived from it for this long; a summary is re-sent at least every
+	// SilenceTimeout/3 while nothing changes.
+	SilenceTimeout   time.Duration
+	MaxMessageBytes  int            // one summary, bytes (received: grpc.MaxRecvMsgSize; sent: keys are cut to fit)
+	MaxWorkers       int            // workers per summary
+	MaxKeysPerWorker int            // block keys per worker per summary
+	MaxPeers         int            // peer states held (and concurrent inbound streams)
+	Metrics          *metrics.Peers // nil: an unregistered set
+	Logger           *slog.Logger
+	Now              func() time.Time
+}
+
+// Manager exchanges booking summaries with peer replicas: it streams this replica's
+// summary to every target (WorkerAdded/WorkerRemoved of a peer registry: static list
+// or discovery) and applies the summaries peers stream to it. Safe for concurrent use.
+type Manager struct {
+	o           Options
+	incarnation uint64
+	lim         Limits
+
+	cur atomic.Pointer[built] // the latest summary, encoded
+
+	mu      sync.Mutex // guards everything below; never taken on the request path
+	peers   map[string]*peerState
+	targets map[string]*target // by address
+	runCtx  context.Context    // nil until Run
+	wg      sync.WaitGroup
+	gen     uint64 // inbound stream ids
+
+	sent, recv atomic.Uint64
+}
+
+type built struct {
+	seq     uint64
+	b       []byte
+	changed chan struct{} // closed when a newer summary is built
+	workers int
+	keys    int
+}
+
+type target struct {
+	addr      string
+	cancel    context.CancelFunc
+	connected atomic.Bool
+	self      atomic.Bool
+	msgs      atomic.Uint64
+	lastErr   atomic.Pointer[string]
+}
+
+type peerState struct {
+	id          string
+	remote      string
+	incarnation uint64
+	seq         uint64
+	stream      uint64
+	last        time.Time
+	msgs, bytes uint64
+	workers     map[string]*imported
+	total       scoring.Booked
+}
+
+// imported is what one peer reported for one worker.
+type imported struct {
+	booked   scoring.Booked
+	oldest   time.Time
+	keys     map[kvindex.Key]struct{}
+	bookings []kvindex.Booking // speculative entries this replica created for those keys
+}
+
+// New returns a Manager; Run starts it.
+func New(o Options) (*Manager, error) {
+	if o.Router == nil {
+		return nil, errors.New("peers: Options.Router is required")
+	}
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.SilenceTimeout <= 0 {
+		o.SilenceTimeout = DefaultSilenceTimeout
+	}
+	if o.SilenceTimeout < 4*o.Interval {
+		return nil, fmt.Errorf("peers: silence timeout %s must be ≥ 4 × interval %s", o.SilenceTimeout, o.Interval)
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.MaxWorkers <= 0 {
+		o.MaxWorkers = DefaultMaxWorkers
+	}
+	if o.MaxKeysPerWorker <= 0 {
+		o.MaxKeysPerWorker = DefaultMaxKeysPerWorker
+	}
+	if o.MaxPeers <= 0 {
+		o.MaxPeers = DefaultMaxPeers
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.NewUnregistered().Peers
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ID == "" {
+		o.ID = DefaultID()
+	}
+	if len(o.ID) > maxNameBytes {
+		return nil, fmt.Errorf("peers: id %q longer than %d bytes", o.ID, maxNameBytes)
+	}
+	m := &Manager{o: o, incarnation: rand.Uint64() | 1, peers: map[string]*peerState{}, targets: map[string]*target{},
+		lim: Limits{MaxWorkers: o.MaxWorkers, MaxKeysPerWorker: o.MaxKeysPerWorker, MaxNameBytes: maxNameBytes}}
+	m.cur.Store(&built{changed: make(chan struct{})})
+	return m, nil
+}
+
+// ID returns this replica's id.
+func (m *Manager) ID() string { return m.o.ID }
+
+// WorkerAdded makes w.Address ("host:port" of a peer's peers listener) a target: this
+// replica's summaries are streamed to it. The peer registry is a workers.Registry
+// filled by the static list or a discovery source, so its "workers" are replicas.
+func (m *Manager) WorkerAdded(w *workers.Worker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.targets[w.Address]; ok {
+		return
+	}
+	t := &target{addr: w.Address}
+	m.targets[w.Address] = t
+	if m.runCtx != nil {
+		m.startLocked(t)
+	}
+}
+
+// WorkerRemoved stops streaming to w.Address. The peer's state, if it streams to this
+// replica, goes with its own stream or silence.
+func (m *Manager) WorkerRemoved(w *workers.Worker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t, ok := m.targets[w.Address]; ok {
+		if t.cancel != nil {
+			t.cancel()
+		}
+		delete(m.targets, w.Address)
+	}
+}
+
+func (m *Manager) startLocked(t *target) {
+	ctx, cancel := context.WithCancel(m.runCtx)
+	t.cancel = cancel
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.sendLoop(ctx, t)
+	}()
+}
+
+// Run serves peers' streams on ln, streams this replica's summaries to every target,
+// and expires silent peers, until ctx is cancelled. It returns after every goroutine
+// it started has ended.
+func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
+	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.MaxRecvMsgSize(m.o.MaxMessageBytes),
+		grpc.MaxConcurrentStreams(uint32(2*m.o.MaxPeers)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+	srv.RegisterService(&serviceDesc, m)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.mu.Lock()
+	m.runCtx = ctx
+	for _, t := range m.targets {
+		m.startLocked(t)
+	}
+	m.mu.Unlock()
+
+	tk := time.NewTicker(m.o.Interval)
+	defer tk.Stop()
+	var lastChanges uint64
+	var lastBuilt time.Time
+	var err error
+loop:
+	for {
+		now := m.o.Now()
+		if c := m.o.Router.Changes(); c != lastChanges || lastBuilt.IsZero() || now.Sub(lastBuilt) >= m.o.SilenceTimeout/3 {
+			lastChanges, lastBuilt = c, now
+			m.build(now)
+		}
+		m.expire(now)
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-serveErr:
+			break loop
+		case <-tk.C:
+		}
+	}
+	cancel()
+	srv.Stop() // ends inbound streams: their peers' states are dropped
+	m.wg.Wait()
+	m.mu.Lock()
+	for id, p := range m.peers {
+		m.dropLocked(p, "")
+		delete(m.peers, id)
+	}
+	m.publishLocked()
+	m.mu.Unlock()
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// build encodes the current local bookings as the next summary and wakes the senders.
+func (m *Manager) build(now time.Time) {
+	local := m.o.Router.LocalBookings(m.o.MaxKeysPerWorker)
+	sort.Slice(local, func(i, j int) bool { return local[i].Worker < local[j].Worker })
+	if len(local) > m.o.MaxWorkers {
+		local = local[:m.o.MaxWorkers]
+	}
+	prev := m.cur.Load()
+	s := &Summary{Replica: m.o.ID, Incarnation: m.incarnation, Seq: prev.seq + 1, Sent: now,
+		Workers: make([]WorkerSummary, len(local))}
+	keys := 0
+	for i, l := range local {
+		s.Workers[i] = WorkerSummary{Worker: l.Worker, Booked: l.Booked, OldestPrefill: l.OldestPrefill, Keys: l.Keys}
+		keys += len(l.Keys)
+	}
+	b := encode(make([]byte, 0, 64+len(local)*48+keys*8), s)
+	for len(b) > m.o.MaxMessageBytes && keys > 0 {
+		// Too large: halve every worker's keys (the prefix's first blocks matter most).
+		keys = 0
+		for i := range s.Workers {
+			s.Workers[i].Keys = s.Workers[i].Keys[:len(s.Workers[i].Keys)/2]
+			keys += len(s.Workers[i].Keys)
+		}
+		b = encode(b[:0], s)
+	}
+	m.cur.Store(&built{seq: s.Seq, b: b, changed: make(chan struct{}), workers: len(s.Workers), keys: keys})
+	close(prev.changed)
+}
+
+// sendLoop keeps a stream open to t and sends every new summary on it, reconnecting
+// with backoff (100 ms doubling to 2 s) after a failure.
+func (m *Manager) sendLoop(ctx context.Context, t *target) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		sentAny, err := m.sendStream(ctx, t)
+		t.connected.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			// This address is this replica itself (a discovery source lists every
+			// replica, this one included): nothing to send there.
+			t.self.Store(true)
+			m.o.Logger.Debug("peer target is this replica", "addr", t.addr)
+			return
+		}
+		msg := err.Error()
+		t.lastErr.Store(&msg)
+		m.o.Logger.Debug("peer stream ended", "addr", t.addr, "err", err)
+		if sentAny {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (m *Manager) sendStream(ctx context.Context, t *target) (sentAny bool, err error) {
+	cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: m.o.SilenceTimeout, PermitWithoutStream: true}))
+	if err != nil {
+		return false, err
+	}
+	defer cc.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := openStream(sctx, cc)
+	if err != nil {
+		return false, err
+	}
+	// The peer answers only by ending the stream (an error, or this replica itself):
+	// receive concurrently so that the end is seen without waiting for the next send.
+	ended := make(chan error, 1)
+	go func() { ended <- st.RecvMsg(&frame{}) }()
+	var last uint64
+	for {
+		cur := m.cur.Load()
+		if cur.seq != last && cur.seq != 0 {
+			if err := st.SendMsg(&frame{b: cur.b}); err != nil {
+				if errors.Is(err, io.EOF) { // the real status comes from RecvMsg
+					err = <-ended
+				}
+				return sentAny, err
+			}
+			last, sentAny = cur.seq, true
+			t.connected.Store(true)
+			t.msgs.Add(1)
+			m.sent.Add(uint64(len(cur.b)))
+			m.o.Metrics.BytesSent.Add(float64(len(cur.b)))
+		}
+		select {
+		case <-ctx.Done():
+			_ = st.CloseSend()
+			return sentAny, ctx.Err()
+		case err := <-ended:
+			if err == nil {
+				err = errors.New("peer ended the stream")
+			}
+			return sentAny, err
+		case <-cur.changed:
+		}
+	}
+}
+
+var errSelf = status.Error(codes.FailedPrecondition, "peers: this stream comes from this replica itself")
+
+// exchange serves one peer's inbound stream.
+func (m *Manager) exchange(stream grpc.ServerStream) error {
+	m.mu.Lock()
+	m.gen++
+	gen := m.gen
+	m.mu.Unlock()
+	remote := ""
+	if p, ok := peerAddr(stream.Context()); ok {
+		remote = p
+	}
+	var id string
+	f := &frame{}
+	for {
+		err := stream.RecvMsg(f)
+		if err != nil {
+			if id != "" {
+				m.streamEnded(id, gen)
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		m.recv.Add(uint64(len(f.b)))
+		m.o.Metrics.BytesReceived.Add(float64(len(f.b)))
+		s, err := decode(f.b, m.lim)
+		if err != nil {
+			m.o.Metrics.Dropped.WithLabelValues(DropMalformed).Inc()
+			if id != "" {
+				m.streamEnded(id, gen)
+			}
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if id != "" && s.Replica != id {
+			m.o.Metrics.Dropped.WithLabelValues(DropMalformed).Inc()
+			m.streamEnded(id, gen)
+			return status.Error(codes.InvalidArgument, "peers: replica id changed within a stream")
+		}
+		id = s.Replica
+		if err := m.apply(s, gen, remote, len(f.b)); err != nil {
+			return err
+		}
+	}
+}
+
+// apply replaces the sender's state with s.
+func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
+	if s.Replica == m.o.ID {
+		m.o.Metrics.Dropped.WithLabelValues(DropSelf).Inc()
+		return errSelf
+	}
+	now := m.o.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.peers[s.Replica]
+	switch {
+	case p == nil:
+		if len(m.peers) >= m.o.MaxPeers {
+			m.o.Metrics.Dropped.WithLabelValues(DropTooManyPeers).Inc()
+			return status.Errorf(codes.ResourceExhausted, "peers: already %d peers (peers.max_peers)", m.o.MaxPeers)
+		}
+		p = &peerState{id: s.Replica, workers: map[string]*imported{}}
+		m.peers[s.Replica] = p
+	case p.incarnation != s.Incarnation:
+		m.dropLocked(p, "") // restarted: its old bookings are gone
+		p.workers = map[string]*imported{}
+	case s.Seq <= p.seq:
+		m.o.Metrics.Dropped.WithLabelValues(DropStale).Inc()
+		return nil
+	}
+	p.incarnation, p.seq, p.stream, p.last, p.remote = s.Incarnation, s.Seq, gen, now, remote
+	p.msgs++
+	p.bytes += uint64(n)
+	p.total = scoring.Booked{}
+	seen := make(map[string]bool, len(s.Workers))
+	for i := range s.Workers {
+		ws := &s.Workers[i]
+		if seen[ws.Worker] {
+			continue
+		}
+		seen[ws.Worker] = true
+		im := p.workers[ws.Worker]
+		if im == nil {
+			im = &imported{keys: map[kvindex.Key]struct{}{}}
+			p.workers[ws.Worker] = im
+		}
+		im.booked, im.oldest = ws.Booked, ws.OldestPrefill
+		p.total.Requests += ws.Booked.Requests
+		p.total.Prefilling += ws.Booked.Prefilling
+		p.total.PrefillTokens += ws.Booked.PrefillTokens
+		p.total.Decoding += ws.Booked.Decoding
+		m.importKeys(ws.Worker, im, ws.Keys)
+	}
+	for name := range p.workers {
+		if !seen[name] {
+			// No more bookings there: its requests ended or passed their prefill, so
+			// the worker's own KV events now confirm (or never will) those blocks.
+			delete(p.workers, name)
+		}
+	}
+	m.publishLocked()
+	return nil
+}
+
+// importKeys books the keys not imported before as speculative entries on worker and
+// forgets bookings none of whose keys is still reported.
+func (m *Manager) importKeys(worker string, im *imported, keys []kvindex.Key) {
+	next := make(map[kvindex.Key]struct{}, len(keys))
+	var fresh []kvindex.Key
+	for _, k := range keys {
+		if _, ok := im.keys[k]; !ok {
+			if _, dup := next[k]; !dup {
+				fresh = append(fresh, k)
+			}
+		}
+		next[k] = struct{}{}
+	}
+	im.keys = next
+	if m.o.Index == nil {
+		return
+	}
+	kept := im.bookings[:0]
+	for _, b := range im.bookings {
+		for _, k := range b.Keys() {
+			if _, ok := next[k]; ok {
+				kept = append(kept, b)
+				break
+			}
+		}
+	}
+	clear(im.bookings[len(kept):])
+	im.bookings = kept
+	if len(fresh) > 0 {
+		m.o.Metrics.KeysImported.Add(float64(len(fresh)))
+		if b := m.o.Index.Book(worker, fresh); b.Len() > 0 {
+			im.bookings = append(im.bookings, b)
+		}
+	}
+}
+
+// dropLocked withdraws p's imported entries; with a reason it counts the expiry.
+func (m *Manager) dropLocked(p *peerState, reason string) {
+	for _, im := range p.workers {
+		for _, b := range im.bookings {
+			if m.o.Index != nil {
+				m.o.Index.Withdraw(b)
+			}
+		}
+	}
+	p.workers = map[string]*imported{}
+	p.total = scoring.Booked{}
+	m.o.Metrics.StateAge.DeleteLabelValues(p.id)
+	if reason != "" {
+		m.o.Metrics.Expired.WithLabelValues(reason).Inc()
+		m.o.Logger.Info("peer state dropped", "peer", p.id, "reason", reason)
+	}
+}
+
+func (m *Manager) streamEnded(id string, gen uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.peers[id]; p != nil && p.stream == gen {
+		m.dropLocked(p, ExpireStream)
+		delete(m.peers, id)
+		m.publishLocked()
+	}
+}
+
+// expire drops peers silent for SilenceTimeout and updates the state age gauges.
+func (m *Manager) expire(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	changed := false
+	for id, p := range m.peers {
+		age := now.Sub(p.last)
+		if age > m.o.SilenceTimeout {
+			m.dropLocked(p, ExpireSilent)
+			delete(m.peers, id)
+			changed = true
+			continue
+		}
+		m.o.Metrics.StateAge.WithLabelValues(id).Set(age.Seconds())
+	}
+	if changed {
+		m.publishLocked()
+	}
+}
+
+// publishLocked hands the sum of every peer's bookings per worker to the router.
+func (m *Manager) publishLocked() {
+	sum := map[string]scoring.Booked{}
+	total := 0
+	for _, p := range m.peers {
+		for name, im := range p.workers {
+			b := sum[name]
+			b.Requests += im.booked.Requests
+			b.Prefilling += im.booked.Prefilling
+			b.PrefillTokens += im.booked.PrefillTokens
+			b.Decoding += im.booked.Decoding
+			sum[name] = b
+			total += im.booked.Requests
+		}
+	}
+	m.o.Router.SetPeerBookings(sum)
+	m.o.Metrics.Live.Set(float64(len(m.peers)))
+	m.o.Metrics.BookingsImported.Set(float64(total))
+}
