@@ -751,14 +751,20 @@ func (p *parser) object(depth int) (Value, error) {
 			continue
 		case '}':
 			p.i++
-			kids := make([]Member, len(p.stack)-base)
-			copy(kids, p.stack[base:])
-			clear(p.stack[base:])
-			p.stack = p.stack[:base]
-			return Value{kind: Object, kids: kids}, nil
+			return Value{kind: Object, kids: p.pop(base)}, nil
 		}
 		return Value{}, p.errChar("after object key:value pair")
 	}
+}
+
+// pop moves the members pushed since base off the shared stack into their own slice
+// (exactly sized), clearing the stack slots so they hold no references.
+func (p *parser) pop(base int) []Member {
+	kids := make([]Member, len(p.stack)-base)
+	copy(kids, p.stack[base:])
+	clear(p.stack[base:])
+	p.stack = p.stack[:base]
+	return kids
 }
 
 func (p *parser) array(depth int) (Value, error) {
@@ -786,11 +792,7 @@ func (p *parser) array(depth int) (Value, error) {
 			continue
 		case ']':
 			p.i++
-			kids := make([]Member, len(p.stack)-base)
-			copy(kids, p.stack[base:])
-			clear(p.stack[base:])
-			p.stack = p.stack[:base]
-			return Value{kind: Array, kids: kids}, nil
+			return Value{kind: Array, kids: p.pop(base)}, nil
 		}
 		return Value{}, p.errChar("after array element")
 	}
