@@ -16,6 +16,7 @@ import (
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one; ?limit=N≤1000&cursor=NAME: a page)
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
+//	GET /debug/admission JSON: budget state per tenant (limits, current window's tokens and requests, concurrent); no keys
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
@@ -30,6 +31,9 @@ func (a *App) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
 	}))
 	mux.HandleFunc("GET /debug/explain", a.debugAuth(a.debugExplain))
+	mux.HandleFunc("GET /debug/admission", a.debugAuth(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"tenants": a.Admission.Snapshot()})
+	}))
 	return mux
 }
 

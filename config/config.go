@@ -42,6 +42,7 @@ type Config struct {
 	Workers   []Worker  `mapstructure:"workers"`
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
 	Proxy     Proxy     `mapstructure:"proxy"`
+	Admission Admission `mapstructure:"admission"`
 }
 
 // Default returns the configuration with every default set.
@@ -54,6 +55,7 @@ func Default() Config {
 		Scoring:   defaultScoring(),
 		Discovery: defaultDiscovery(),
 		Proxy:     defaultProxy(),
+		Admission: defaultAdmission(),
 	}
 }
 
@@ -75,6 +77,7 @@ func (c *Config) Validate() error {
 	add(validateModels(c.Models))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())
+	add(c.Admission.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))
 	return errors.Join(errs...)
 }

@@ -28,6 +28,9 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 		}
 	}
 	st.tracker = response.NewTracker(response.StreamBody(ct, st.req != nil && st.req.Stream), 0)
+	if st.grant != nil {
+		st.tracker.CountContent() // settlement without usage (not asked for, or cut) counts what streamed
+	}
 	var cr *extprocv3.CommonResponse
 	if mut := st.responseMutation(); mut != nil {
 		cr = &extprocv3.CommonResponse{HeaderMutation: mut}
@@ -87,7 +90,26 @@ func (st *stream) responseTrailers() error {
 
 func (st *stream) complete(res response.Result) {
 	st.completed = true
-	st.record(st.ticket.Complete(res, zeroTime))
+	res.Outcome = st.ticket.Complete(res, zeroTime)
+	st.settle(res)
+	st.record(res.Outcome)
+}
+
+// settle settles the admission grant with res and the generated tokens counted from
+// the stream: none when no response body was seen, -1 (estimate) when not counted
+// (a non-SSE body, or response body mode NONE).
+func (st *stream) settle(res response.Result) {
+	counted := 0
+	switch {
+	case st.respMode == modeNone:
+		counted = -1 // Envoy sends no response body
+	case st.tracker != nil:
+		counted = -1
+		if st.tracker.Counting() {
+			counted = st.tracker.ContentEvents()
+		}
+	}
+	st.grant.Settle(res, counted)
 }
 
 // inference reports whether the request's path is an inference API (its 2xx body
@@ -101,7 +123,9 @@ func (st *stream) finish(reason string) {
 		return
 	}
 	st.completed = true
-	st.record(st.ticket.AbortWith(response.OutcomeAborted))
+	o := st.ticket.AbortWith(response.OutcomeAborted)
+	st.settle(response.Result{Outcome: o})
+	st.record(o)
 	st.s.m.Aborts.WithLabelValues(reason).Inc()
 }
 

@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"github.com/kvroute/kvroute/admission"
+
 	"context"
 	"errors"
 	"io"
@@ -23,6 +25,10 @@ type Options struct {
 	Config  config.ExtProc // zero fields are NOT defaulted: pass config.Default().ExtProc as a base
 	Metrics *metrics.Set   // nil: an unregistered set
 	Logger  *slog.Logger   // nil: slog.Default()
+	// Admission is the admission stage (tenant identity, budgets); nil admits every
+	// request as unattributed. The tenant header is believed as set by the edge: the
+	// Envoy configuration must remove the client's copy (docs/configuration.md).
+	Admission *admission.Admitter
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor. One Process call

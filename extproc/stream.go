@@ -8,7 +8,9 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
@@ -60,6 +62,8 @@ type stream struct {
 	failed        bool // an ImmediateResponse went out: Envoy stops processing and closes
 	req           *request.Request
 	ticket        *router.Ticket
+	tenant        admission.Identity // from the request headers message (Identify)
+	grant         *admission.Grant   // settled with the ticket (complete, finish)
 
 	// response direction
 	status     int
@@ -90,7 +94,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.phase = phaseReqHeaders
 		st.count()
-		return st.requestHeaders(v.RequestHeaders)
+		return st.requestHeaders(v.RequestHeaders, req.GetMetadataContext().GetFilterMetadata())
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.phase = phaseReqBody
 		st.count()
@@ -121,6 +125,18 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	}
 }
 
+// headerLookup returns a lookup of h's headers by (lower-case) name, first value.
+func headerLookup(h *extprocv3.HttpHeaders) func(string) string {
+	return func(name string) string {
+		for _, hv := range h.GetHeaders().GetHeaders() {
+			if hv.GetKey() == name {
+				return headerValue(hv)
+			}
+		}
+		return ""
+	}
+}
+
 func (st *stream) count() { st.s.m.Messages.WithLabelValues(string(st.phase)).Inc() }
 
 // reply sends r unless the stream no longer expects replies: after an ImmediateResponse
@@ -142,7 +158,7 @@ func (st *stream) reply(r *extprocv3.ProcessingResponse) error {
 
 // ---- request headers -------------------------------------------------------------
 
-func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
+func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*structpb.Struct) error {
 	if st.sawHeaders {
 		st.s.m.PhaseErrors.WithLabelValues(string(st.phase), "protocol").Inc()
 		return st.reply(headersReply(true, nil))
@@ -172,6 +188,11 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		st.s.m.Streams.WithLabelValues("observability").Inc()
 		return nil
 	}
+	id, err := st.s.opt.Admission.Identify(admission.Input{Header: headerLookup(h), Metadata: md, EdgeHeaders: true})
+	if err != nil {
+		return st.immediate(err)
+	}
+	st.tenant = id
 	if h.GetEndOfStream() {
 		// No body will follow in any body mode (PS no_body_): pick on headers alone.
 		st.s.m.Streams.WithLabelValues("headers_only").Inc()
@@ -308,6 +329,12 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	if err == nil {
 		st.req = req
 		st.ticket, err = st.s.opt.Router.Pick(st.ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo})
+	}
+	if err == nil {
+		if st.grant, err = st.s.opt.Admission.Reserve(st.tenant, admission.WantOf(st.ticket, req.MaxTokens)); err != nil {
+			st.ticket.AbortWith(response.OutcomeRejected)
+			st.ticket = nil
+		}
 	}
 	if err != nil {
 		return st.immediate(err)

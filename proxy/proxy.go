@@ -39,6 +39,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"runtime/debug"
 	"strconv"
@@ -46,6 +47,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
@@ -72,6 +74,9 @@ type Options struct {
 	BodyTimeout time.Duration
 	// WriteTimeout bounds each write to the client (server.http_write_timeout); 0: none.
 	WriteTimeout time.Duration
+	// Admission is the admission stage (tenant identity, budgets); nil admits every
+	// request as unattributed. A tenant header counts only from its trusted_peers.
+	Admission *admission.Admitter
 }
 
 // maxDrainBytes bounds how much of an oversize body is read and discarded after the
@@ -142,6 +147,8 @@ func New(opt Options) http.Handler {
 // ServeHTTP to the ReverseProxy hooks. All hooks run on the handler's goroutine.
 type flight struct {
 	ticket   *router.Ticket
+	grant    *admission.Grant // settled when the ticket ends (settle)
+	counter  *response.Tracker
 	req      *request.Request
 	ended    bool             // Complete or Abort called
 	outcome  response.Outcome // what the ticket ended with (router.Ticket.Complete/AbortWith)
@@ -165,6 +172,19 @@ func (f *flight) arm(d time.Duration) {
 }
 
 type flightKey struct{}
+
+// settle settles f's admission grant with res and the generated tokens counted from
+// the stream: none when no response arrived, -1 (estimate) when they were not counted.
+func (f *flight) settle(res response.Result) {
+	counted := 0
+	if f.counter != nil {
+		counted = -1
+		if f.counter.Counting() {
+			counted = f.counter.ContentEvents()
+		}
+	}
+	f.grant.Settle(res, counted)
+}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
@@ -229,6 +249,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(rec, api, err)
 		return
 	}
+	id, err := h.opt.Admission.Identify(admission.Input{Header: r.Header.Get, Peer: peerAddr(r)})
+	if err != nil {
+		h.writeError(rec, api, err)
+		return
+	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
 	// (unless passive health is off) and the request, of which nothing was sent, is
@@ -239,13 +264,28 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(rec, api, err)
 			return
 		}
-		f = &flight{ticket: t, req: req, mayRetry: attempt == 0}
+		g, err := h.opt.Admission.Reserve(id, admission.WantOf(t, req.MaxTokens))
+		if err != nil {
+			t.AbortWith(response.OutcomeRejected)
+			h.writeError(rec, api, err)
+			return
+		}
+		f = &flight{ticket: t, grant: g, req: req, mayRetry: attempt == 0}
 		h.attempt(rec, r, f, body)
 		if !f.retry {
 			return
 		}
 		po.Exclude = t.Worker // never retry on the worker that refused the connection
 	}
+}
+
+// peerAddr is the TCP peer of r (never a forwarded-for header).
+func peerAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr()
 }
 
 // attempt forwards the request to f's worker once, under the upstream watchdog.
@@ -371,7 +411,12 @@ func (h *handler) modifyResponse(resp *http.Response) error {
 	f := resp.Request.Context().Value(flightKey{}).(*flight)
 	f.arm(h.opt.Proxy.UpstreamIdleTimeout) // headers arrived: from now on, silence is bounded
 	sse := response.StreamBody(resp.Header.Get("Content-Type"), f.req.Stream)
-	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context(),
+	tr := response.NewTracker(sse, 0)
+	if sse && f.grant != nil {
+		tr.CountContent() // settlement without usage (not asked for, or cut) counts what streamed
+	}
+	f.counter = tr
+	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: tr, ctx: resp.Request.Context(),
 		inference: f.req.API != request.APIOther}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {
 		resp.Header.Set(wh, f.ticket.Worker)
@@ -408,6 +453,9 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	h.m.ProxyUpstreamErrors.Inc()
 	worker, addr := "", ""
 	if f != nil {
+		if isDialError(err) {
+			f.grant.Release() // nothing reached the worker: it costs nothing
+		}
 		h.abort(f, "upstream_error", response.OutcomeUpstreamError)
 		worker, addr = f.ticket.Worker, f.ticket.Address
 	}
@@ -458,6 +506,7 @@ func (h *handler) abort(f *flight, reason string, o response.Outcome) {
 	}
 	f.ended = true
 	f.outcome = f.ticket.AbortWith(o)
+	f.settle(response.Result{Outcome: f.outcome})
 	h.m.Aborts.WithLabelValues(reason).Inc()
 }
 
@@ -502,7 +551,10 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	case err == io.EOF || (!b.f.ended && b.tr.Ended()):
 		if !b.f.ended {
 			b.f.ended = true
-			b.f.outcome = b.f.ticket.Complete(b.tr.Result(b.status, b.inference), time.Time{})
+			res := b.tr.Result(b.status, b.inference)
+			b.f.outcome = b.f.ticket.Complete(res, time.Time{})
+			res.Outcome = b.f.outcome
+			b.f.settle(res)
 		}
 	case err != nil:
 		reason, o := "upstream_error", response.OutcomeUpstreamError
