@@ -66,11 +66,11 @@ type CostWeights struct {
 // Limits are one tenant's budgets; 0 means unlimited.
 type Limits struct {
 	// TokensPerMinute bounds the token cost (CostWeights) per fixed one-minute window.
-	TokensPerMinute int64 `mapstructure:"tokens_per_minute"`
+	TokensPerMinute int64 `mapstructure:"tokens_per_minute" json:"tokens_per_minute"`
 	// RequestsPerMinute bounds admitted requests per fixed one-minute window.
-	RequestsPerMinute int64 `mapstructure:"requests_per_minute"`
+	RequestsPerMinute int64 `mapstructure:"requests_per_minute" json:"requests_per_minute"`
 	// MaxConcurrent bounds requests admitted and not yet settled.
-	MaxConcurrent int64 `mapstructure:"max_concurrent"`
+	MaxConcurrent int64 `mapstructure:"max_concurrent" json:"max_concurrent"`
 }
 
 // TenantLimits are Limits for one named tenant.
