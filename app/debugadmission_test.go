@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/config"
@@ -29,6 +30,11 @@ func TestDebugAdmission(t *testing.T) {
 	cfg.Admission.Tenants = []config.TenantLimits{{Name: "acme", Limits: config.Limits{TokensPerMinute: 5000}}}
 	a, err := New(&cfg, nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The same stage on a fixed clock, so that no budget window ends mid-test.
+	if a.Admission, err = admission.New(admission.Options{Config: cfg.Admission, Metrics: a.Metrics,
+		Now: func() time.Time { return time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC) }}); err != nil {
 		t.Fatal(err)
 	}
 	id, _ := a.Admission.Identify(admission.Input{Header: func(k string) string {

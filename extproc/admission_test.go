@@ -3,6 +3,7 @@ package extproc
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -12,11 +13,15 @@ import (
 	"github.com/kvroute/kvroute/config"
 )
 
+// midMinute is a fixed clock in the middle of a minute: no budget window ends during a
+// test, whatever the machine's speed.
+func midMinute() time.Time { return time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC) }
+
 func withAdmission(t *testing.T, h *harness, mod func(*config.Admission)) *admission.Admitter {
 	t.Helper()
 	c := config.Default().Admission
 	mod(&c)
-	a, err := admission.New(admission.Options{Config: c, Metrics: h.ms})
+	a, err := admission.New(admission.Options{Config: c, Metrics: h.ms, Now: midMinute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -44,7 +45,7 @@ func admissionProxy(t *testing.T, mod func(*config.Admission)) (*httptest.Server
 	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms})
 	c := config.Default().Admission
 	mod(&c)
-	adm, err := admission.New(admission.Options{Config: c, Metrics: ms})
+	adm, err := admission.New(admission.Options{Config: c, Metrics: ms, Now: midMinute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +53,10 @@ func admissionProxy(t *testing.T, mod func(*config.Admission)) (*httptest.Server
 	t.Cleanup(srv.Close)
 	return srv, adm, ms
 }
+
+// midMinute is a fixed clock in the middle of a minute: no budget window ends during a
+// test, whatever the machine's speed.
+func midMinute() time.Time { return time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC) }
 
 func admPost(t *testing.T, url, body string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
