@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -11,10 +12,11 @@ import (
 //
 //	GET /metrics         Prometheus metrics
 //	GET /healthz         liveness: 200 while the process runs
-//	GET /readyz          readiness: 200 once servers run and at least one worker is healthy
+//	GET /readyz          readiness: 200 once servers run and at least one worker is healthy (ready.go)
 //	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one; ?limit=N≤1000&cursor=NAME: a page)
-//	GET /debug/tokenize  JSON: each model's tokenizer, chat template and path health
+//	GET /debug/tokenize  JSON: each model's tokenizer, chat template, path health and shadow check; workers in remote backoff
+//	POST /debug/tokenize/reset  return models the shadow check switched to remote to their paths (?model=NAME: one)
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 //	GET /debug/admission JSON: budget state per tenant (limits, current window's tokens and requests, concurrent); no keys
 func (a *App) AdminHandler() http.Handler {
@@ -28,8 +30,9 @@ func (a *App) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/workers", a.debugAuth(a.debugWorkers))
 	mux.HandleFunc("GET /debug/index", a.debugAuth(a.debugIndex))
 	mux.HandleFunc("GET /debug/tokenize", a.debugAuth(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
+		writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health(), "remote_workers": a.Tokenize.RemoteWorkers()})
 	}))
+	mux.HandleFunc("POST /debug/tokenize/reset", a.debugAuth(a.resetShadow))
 	mux.HandleFunc("GET /debug/explain", a.debugAuth(a.debugExplain))
 	mux.HandleFunc("GET /debug/admission", a.debugAuth(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"tenants": a.Admission.Snapshot()})
@@ -38,19 +41,11 @@ func (a *App) AdminHandler() http.Handler {
 }
 
 func (a *App) readyz(w http.ResponseWriter, _ *http.Request) {
-	select {
-	case <-a.ready:
-	default:
-		http.Error(w, "starting", http.StatusServiceUnavailable)
+	if ok, why := a.readiness(); !ok {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
-	for _, wk := range a.Registry.All() {
-		if a.Registry.Healthy(wk.Name) {
-			w.Write([]byte("ok\n"))
-			return
-		}
-	}
-	http.Error(w, "no healthy worker", http.StatusServiceUnavailable)
+	w.Write([]byte("ok\n"))
 }
 
 func (a *App) debugWorkers(w http.ResponseWriter, _ *http.Request) {
@@ -64,4 +59,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// resetShadow is POST /debug/tokenize/reset[?model=NAME]: it clears the shadow check's
+// record of the model (all models without ?model) and returns a model it switched to
+// the remote path to its configured paths.
+func (a *App) resetShadow(w http.ResponseWriter, r *http.Request) {
+	model := r.URL.Query().Get("model")
+	if !a.Tokenize.ResetShadow(model) {
+		if len(model) > 200 {
+			model = model[:200] + "…"
+		}
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": "no configured model " + strconv.Quote(model)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": a.Tokenize.Health()})
 }

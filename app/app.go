@@ -33,6 +33,7 @@ import (
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenize"
+	"github.com/kvroute/kvroute/tracing"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -49,9 +50,11 @@ type App struct {
 	Gatherer prometheus.Gatherer
 	// Admission is the admission stage both fronts run (tenant identity, budgets).
 	Admission *admission.Admitter
+	Tracing   *tracing.Provider // kvroute.route spans; flushed when Run returns
 
-	ready      chan struct{}
-	explainSem chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
+	ready       chan struct{}
+	explainSem  chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
+	indexSynced atomic.Bool   // the index was in exact mode for some worker once (readiness)
 }
 
 // New builds an App from cfg. Nothing listens or runs until Serve/Proxy is called.
@@ -83,6 +86,12 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	a.KVEvents = kvev
 	a.Registry.Subscribe(a.KVEvents)
+	tc := cfg.Tracing
+	a.Tracing, err = tracing.New(context.Background(), tracing.Options{Enabled: tc.Enabled, Protocol: tc.Protocol,
+		Endpoint: tc.Endpoint, Insecure: tc.Insecure, SampleRatio: tc.SampleRatio, Version: Version})
+	if err != nil {
+		return nil, err
+	}
 	policy, err := newPolicy(cfg, ms, logger)
 	if err != nil {
 		return nil, err
@@ -95,7 +104,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	// remote calls spread round robin over the model's healthy workers.
 	var tms []tokenize.ModelConfig
 	for _, m := range cfg.Models {
-		mc := tokenize.ModelConfig{Name: m.Name, Tokenizer: m.Tokenizer, Base: m.Base, RemoteTimeout: m.RemoteTokenizeTimeout}
+		mc := tokenize.ModelConfig{Name: m.Name, Tokenizer: m.Tokenizer, Base: m.Base, RemoteTimeout: m.RemoteTokenizeTimeout,
+			RemoteBudget: m.RemoteTokenizeBudget}
 		for _, p := range m.TokenizePaths {
 			mc.Paths = append(mc.Paths, tokenize.Path(p))
 		}
@@ -104,19 +114,28 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	var tokRR atomic.Uint64
 	a.Tokenize, err = tokenize.NewService(tokenize.ServiceOptions{Models: tms, Metrics: ms.Tokenize, Logger: logger,
 		Load: tokenize.Options{CacheBytes: cfg.Tokenize.CacheBytes, MinCachedSegment: cfg.Tokenize.MinCachedSegment},
-		Address: func(model string) (string, bool) {
+		Shadow: tokenize.ShadowOptions{Fraction: cfg.Tokenize.Shadow.Fraction, MaxPerSecond: cfg.Tokenize.Shadow.MaxPerSecond,
+			MismatchRate: cfg.Tokenize.Shadow.MismatchRate, MinChecks: cfg.Tokenize.Shadow.MinChecks, Timeout: cfg.Tokenize.Shadow.Timeout},
+		Addresses: func(model string) []string {
 			ws, _ := a.Registry.Candidates(model, nil)
 			if len(ws) == 0 {
-				return "", false
+				return nil
 			}
-			return ws[int(tokRR.Add(1)%uint64(len(ws)))].Address, true
+			// Round robin: start at the next worker, then the others in turn (a
+			// worker that fails is followed by another, issue 10 item 6).
+			start := int(tokRR.Add(1) % uint64(len(ws)))
+			out := make([]string, len(ws))
+			for i := range ws {
+				out[i] = ws[(start+i)%len(ws)].Address
+			}
+			return out
 		}})
 	if err != nil {
 		return nil, err
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
 		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize,
-		MaxPromptTokens: cfg.Router.MaxPromptTokens})
+		MaxPromptTokens: cfg.Router.MaxPromptTokens, Tracer: a.Tracing.Tracer()})
 	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
 		a.Registry.Subscribe(l)
 	}
@@ -241,7 +260,8 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	// scoring: poll each worker's vLLM /metrics (load for the predictor, health).
 	if sc := a.Config.Scoring.Scrape; sc.Interval > 0 {
 		scraper := workers.NewScraper(a.Registry, workers.ScrapeOptions{Interval: sc.Interval, Timeout: sc.Timeout,
-			FailuresBeforeUnhealthy: sc.FailuresBeforeUnhealthy, Metrics: a.Metrics.Scoring, Logger: a.Logger})
+			FailuresBeforeUnhealthy: sc.FailuresBeforeUnhealthy, Metrics: a.Metrics.Scoring, Logger: a.Logger,
+			OnRestart: a.KVEvents.WorkerRestarted}) // a restarted worker's stale index goes before it is healthy again
 		goRun(func() error { scraper.Run(ctx); return nil })
 	}
 
@@ -260,7 +280,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}
 		srv := grpc.NewServer(append(gopts, grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
-		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Admission: a.Admission}))
+		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer(), Admission: a.Admission}))
 		healthpb.RegisterHealthServer(srv, hs)
 		grpcServers = append(grpcServers, srv)
 		goRun(func() error { return serveGRPC(srv, l.ExtProc) })
@@ -273,11 +293,9 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		goRun(func() error { return serveGRPC(srv, l.Health) })
 		a.Logger.Info("grpc health listening", "addr", l.Health.Addr().String())
 	}
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if l.Proxy != nil {
 		srv := a.httpServer(proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
-			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0, Proxy: a.Config.Proxy,
+			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0, Proxy: a.Config.Proxy, Tracer: a.Tracing.Tracer(),
 			BodyTimeout: a.Config.Server.HTTPBodyTimeout, WriteTimeout: a.Config.Server.HTTPWriteTimeout, Admission: a.Admission}), false)
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Proxy) })
@@ -290,6 +308,8 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		a.Logger.Info("admin listening", "addr", l.Admin.Addr().String())
 	}
 	close(a.ready)
+	a.updateHealth(hs)
+	goRun(func() error { a.serveHealth(ctx, hs); return nil })
 	<-ctx.Done()
 	hs.Shutdown()
 	grace, gcancel := context.WithTimeout(context.Background(), a.Config.Server.ShutdownGrace)
@@ -307,6 +327,9 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}
 	}
 	wg.Wait()
+	if err := a.Tracing.Shutdown(grace); err != nil {
+		a.Logger.Warn("tracing: flushing spans at shutdown", "err", err)
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 
 // TestRealAndVirtualTimeAgree runs one small shared-prefix workload twice: over real
 // HTTP against two real-time simulated workers (client-side round robin), and on the
-// virtual-time cluster with the same policy. Stated tolerance: mean TTFT within 30 ms +
+// virtual-time cluster with the same policy. Stated tolerance (timing only with
+// KVROUTE_TIMING_TESTS=1): mean TTFT within 30 ms +
 // 25 %, mean E2E within 15 % + 30 ms, and the cache-hit ratio within 2 points — the
 // real run adds HTTP, JSON and goroutine scheduling delays on a shared machine.
 func TestRealAndVirtualTimeAgree(t *testing.T) {
@@ -62,11 +64,17 @@ func TestRealAndVirtualTimeAgree(t *testing.T) {
 	vs, rs := Summarize("v", "", vr, time.Second, 0, nil), Summarize("r", "", rr, time.Second, 0, nil)
 	t.Logf("mean TTFT virtual %.3fs real %.3fs; mean E2E virtual %.3fs real %.3fs; hit virtual %.3f real %.3f",
 		vt, rt, ve, re, vs.HitRatio, rs.HitRatio)
-	if math.Abs(rt-vt) > 0.030+0.25*vt {
-		t.Errorf("mean TTFT: real %.3fs vs virtual %.3fs", rt, vt)
-	}
-	if math.Abs(re-ve) > 0.030+0.15*ve {
-		t.Errorf("mean E2E: real %.3fs vs virtual %.3fs", re, ve)
+	// The wall-clock comparison depends on the machine's speed (a loaded or -race run
+	// adds scheduling delay to every real step), so it is asserted only when asked:
+	// KVROUTE_TIMING_TESTS=1 go test ./bench -run RealAndVirtual (a quiet machine).
+	// Tokens and cache hits, which do not depend on speed, are always asserted.
+	if os.Getenv("KVROUTE_TIMING_TESTS") == "1" {
+		if math.Abs(rt-vt) > 0.030+0.25*vt {
+			t.Errorf("mean TTFT: real %.3fs vs virtual %.3fs", rt, vt)
+		}
+		if math.Abs(re-ve) > 0.030+0.15*ve {
+			t.Errorf("mean E2E: real %.3fs vs virtual %.3fs", re, ve)
+		}
 	}
 	if math.Abs(rs.HitRatio-vs.HitRatio) > 0.02 {
 		t.Errorf("hit ratio: real %.3f vs virtual %.3f", rs.HitRatio, vs.HitRatio)

@@ -15,6 +15,8 @@ type Report struct {
 	Target    string            `json:"target"` // "virtual" or "http"
 	Params    map[string]string `json:"params"`
 	Summaries []Summary         `json:"summaries"`
+	// Seeds aggregates Summaries over seeds (multi-seed runs only).
+	Seeds []SeedSummary `json:"seeds,omitempty"`
 }
 
 func fmtS(v float64) string {

@@ -44,6 +44,7 @@ func Percentile(xs []float64, p float64) float64 {
 type Summary struct {
 	Policy     string         `json:"policy"`
 	Arrivals   string         `json:"arrivals"`
+	Seed       uint64         `json:"seed,omitempty"` // set by multi-seed runs
 	Requests   int            `json:"requests"`
 	Errors     int            `json:"errors"`
 	TTFTp50    float64        `json:"ttft_p50_s"`

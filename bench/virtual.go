@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/kvindex"
@@ -36,6 +39,62 @@ type VirtualOptions struct {
 	NewFeeder func(ix *kvindex.Index, seed kvindex.Key) IndexFeeder
 	// Progress, when set, is called after each completed request.
 	Progress func(done, total int)
+	// Speeds are the workers' true speed factors (engine step time ÷ factor; worker i
+	// gets Speeds[i], missing entries 1): a heterogeneous pool.
+	Speeds []float64
+	// Slowdowns change a worker's speed during the run.
+	Slowdowns []Slowdown
+	// KnownSpeeds tells the registry each worker's true initial speed (its profile's
+	// prefill and decode rates scaled by it). False: every worker is configured with the
+	// plain profile, as when an operator lists mixed or degraded GPUs alike. Slowdowns are
+	// never announced.
+	KnownSpeeds bool
+}
+
+// Slowdown makes worker Worker (0-based) Factor times slower than its speed so far, At
+// after the start of the run (kvbench --slow W:AT:F).
+type Slowdown struct {
+	Worker int
+	At     time.Duration
+	Factor float64
+}
+
+// ParseSpeeds parses a comma-separated list of positive speed factors ("1,1,2,3").
+func ParseSpeeds(s string) ([]float64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("bench: worker speed %q: want a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ParseSlowdown parses W:AT:F, e.g. "0:2m:3" (worker 0 three times slower from minute 2).
+func ParseSlowdown(s string) (Slowdown, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return Slowdown{}, fmt.Errorf("bench: slowdown %q: want WORKER:AT:FACTOR, e.g. 0:2m:3", s)
+	}
+	w, err1 := strconv.Atoi(parts[0])
+	at, err2 := time.ParseDuration(parts[1])
+	f, err3 := strconv.ParseFloat(parts[2], 64)
+	if err1 != nil || err2 != nil || err3 != nil || w < 0 || at < 0 || !(f > 0) || math.IsInf(f, 0) {
+		return Slowdown{}, fmt.Errorf("bench: slowdown %q: want WORKER (≥ 0):AT (duration ≥ 0):FACTOR (> 0)", s)
+	}
+	return Slowdown{Worker: w, At: at, Factor: f}, nil
+}
+
+func (o *VirtualOptions) speed(i int) float64 {
+	if i < len(o.Speeds) {
+		return o.Speeds[i]
+	}
+	return 1
 }
 
 // virtualStart is the virtual epoch (any fixed instant works; fixed for reproducibility).
@@ -70,13 +129,30 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			return nil, err
 		}
 	}
+	if len(o.Speeds) > o.Workers {
+		return nil, fmt.Errorf("bench: %d worker speeds for %d workers", len(o.Speeds), o.Workers)
+	}
+	for i, f := range o.Speeds {
+		if !(f > 0) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("bench: worker %d speed %v: must be positive", i, f)
+		}
+	}
+	for _, sd := range o.Slowdowns {
+		if sd.Worker < 0 || sd.Worker >= o.Workers || !(sd.Factor > 0) {
+			return nil, fmt.Errorf("bench: slowdown of worker %d by %v: no such worker or factor not positive", sd.Worker, sd.Factor)
+		}
+	}
 	reg := workers.NewRegistry()
 	names := WorkerNames(o.Workers)
 	var ws []*workers.Worker
 	for i, n := range names {
+		known := 1.0
+		if o.KnownSpeeds {
+			known = o.speed(i)
+		}
 		ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{prof.Model},
-			Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond(), DecodeTokensPerSecond: prof.DecodeTokensPerSecond(),
-				Overhead: prof.StepOverhead, BlockCapacity: prof.NumBlocks}})
+			Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond() * known, DecodeTokensPerSecond: prof.DecodeTokensPerSecond() * known,
+				Overhead: time.Duration(float64(prof.StepOverhead)/known) + prof.RequestOverhead, BlockCapacity: prof.NumBlocks}})
 	}
 	reg.Set(ws)
 	ix := kvindex.New(kvindex.Options{SpeculativeTTL: o.SpeculativeTTL, Now: clock.Now,
@@ -121,6 +197,9 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	for i, n := range names {
 		eng, err := sim.NewEngine(prof, uint64(i+1)*0x9e3779b97f4a7c15^o.Seed)
 		if err != nil {
+			return nil, err
+		}
+		if err := eng.SetSpeed(o.speed(i)); err != nil {
 			return nil, err
 		}
 		name := n
@@ -197,6 +276,11 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			c := c
 			clock.At(virtualStart.Add(w.Items[c[0]].At), func() { next(c, 0) })
 		}
+	}
+	for _, sd := range o.Slowdowns {
+		eng := engines[names[sd.Worker]].Engine
+		f := sd.Factor
+		clock.At(virtualStart.Add(sd.At), func() { _ = eng.SetSpeed(eng.Speed() / f) })
 	}
 	var scrape func()
 	scrape = func() {

@@ -43,6 +43,7 @@ type Config struct {
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
 	Proxy     Proxy     `mapstructure:"proxy"`
 	Admission Admission `mapstructure:"admission"`
+	Tracing   Tracing   `mapstructure:"tracing"`
 }
 
 // Default returns the configuration with every default set.
@@ -56,6 +57,7 @@ func Default() Config {
 		Discovery: defaultDiscovery(),
 		Proxy:     defaultProxy(),
 		Admission: defaultAdmission(),
+		Tracing:   defaultTracing(),
 	}
 }
 
@@ -74,7 +76,9 @@ func (c *Config) Validate() error {
 	add(c.Index.validate())
 	add(c.Scoring.validate())
 	add(c.Discovery.validate())
+	add(c.Tracing.validate())
 	add(validateModels(c.Models))
+	add(validateTokenize(c.Tokenize))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())
 	add(c.Admission.validate())

@@ -47,6 +47,17 @@ type ExtProc struct {
 	// RESOURCE_EXHAUSTED. 0 = unlimited. A streamed response is one message per body
 	// chunk, so keep it far above a worker's tokens per second.
 	MaxMessagesPerSecond float64 `mapstructure:"max_messages_per_second"`
+	// SubsetHintNamespace is the request metadata namespace in which the gateway lists
+	// the endpoints kvroute may pick from (key x-gateway-destination-endpoint-subset, a
+	// list or a comma-separated string; the GIE endpoint picker protocol). Envoy forwards
+	// it only when the filter lists it in metadata_options.forwarding_namespaces. ""
+	// ignores subset hints.
+	SubsetHintNamespace string `mapstructure:"subset_hint_namespace"`
+	// FallbackEndpoints is how many next-best workers follow the pick in the destination
+	// value ("ip:port,ip:port,..."), for a gateway that retries down the list (Envoy's
+	// override_host load balancing policy). 0 sends the pick alone, which ORIGINAL_DST
+	// requires: it does not split lists.
+	FallbackEndpoints int `mapstructure:"fallback_endpoints"`
 }
 
 // BodyModes are the accepted values of extproc.request_body_mode and
@@ -56,7 +67,7 @@ var BodyModes = []string{"NONE", "STREAMED", "BUFFERED", "BUFFERED_PARTIAL", "FU
 func defaultExtProc() ExtProc {
 	return ExtProc{DestinationHeader: "x-gateway-destination-endpoint", MetadataNamespace: "envoy.lb",
 		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms", RequestBodyMode: "BUFFERED", ResponseBodyMode: "STREAMED",
-		MaxStreams: 10000, MaxMessagesPerSecond: 5000}
+		MaxStreams: 10000, MaxMessagesPerSecond: 5000, SubsetHintNamespace: "envoy.lb.subset_hint"}
 }
 
 // reservedHeaders are hop-by-hop and framing headers (RFC 9110 §7.6.1; Envoy strips or
@@ -99,6 +110,9 @@ func (e ExtProc) validate() error {
 		if !slices.Contains(BodyModes, m.v) {
 			return fieldErr(m.key, "%q is not one of %v", m.v, BodyModes)
 		}
+	}
+	if e.FallbackEndpoints < 0 || e.FallbackEndpoints > 16 {
+		return fieldErr("extproc.fallback_endpoints", "must be between 0 and 16, got %d", e.FallbackEndpoints)
 	}
 	if e.MaxBodyBytes < 1024 {
 		return fieldErr("extproc.max_body_bytes", "must be ≥ 1024, got %d", e.MaxBodyBytes)

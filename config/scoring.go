@@ -46,6 +46,17 @@ type Scoring struct {
 	Forgetting   float64 `mapstructure:"forgetting"`
 	ClampFactor  float64 `mapstructure:"clamp_factor"`
 	ResidualClip float64 `mapstructure:"residual_clip"`
+	// CongestionMax caps ρ/(1−ρ), the weight of a pick's prefill in its cost under load
+	// (scoring README "Overload"); 0 disables the term.
+	CongestionMax float64 `mapstructure:"congestion_max"`
+	// FactorHalfLife: an unobserved worker's learned deviation from the pool's factors
+	// halves this often; 0 disables the decay.
+	FactorHalfLife time.Duration `mapstructure:"factor_half_life"`
+	// ExploreFraction of picks re-decided with the pool's factors (exploration floor);
+	// 0 disables it.
+	ExploreFraction float64 `mapstructure:"explore_fraction"`
+	// QueueBacklog counts bookings at their remaining prefill work (Lindley backlog).
+	QueueBacklog bool `mapstructure:"queue_backlog"`
 
 	Baselines ScoringBaselines `mapstructure:"baselines"`
 	Scrape    Scrape           `mapstructure:"scrape"`
@@ -81,6 +92,7 @@ func defaultScoring() Scoring {
 		BatchTokens: 8192, ForeignRequestTokens: 1024, LoadHalfLife: 2 * time.Second,
 		TieMargin: 0.1, TieMarginMin: time.Millisecond, WriteHalfLife: 30 * time.Second, RetryAfterMax: 30 * time.Second,
 		Forgetting: 0.99, ClampFactor: 20, ResidualClip: 0.5,
+		CongestionMax: 8, FactorHalfLife: time.Minute, ExploreFraction: 0.01,
 		Baselines: ScoringBaselines{DynamoOverlapWeight: 1, SGLCacheThreshold: 0.3, SGLBalanceAbs: 64, SGLBalanceRel: 1.5,
 			SaturationQueue: 5, SaturationKV: 0.8, SaturationTokens: 32768, GIEBlockChars: 64},
 		Scrape: Scrape{Interval: time.Second, FailuresBeforeUnhealthy: 3},
@@ -98,12 +110,28 @@ func (s Scoring) Options() scoring.Options {
 		DecodeInterference: s.DecodeInterference, BatchTokens: s.BatchTokens, ForeignRequestTokens: s.ForeignRequestTokens,
 		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, WriteHalfLife: s.WriteHalfLife, MaxTTFT: s.MaxTTFT,
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
-		ResidualClip: s.ResidualClip,
+		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
+		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,
 			GIEBlockChars: s.Baselines.GIEBlockChars},
 	}
+}
+
+// offIfZero / offIfZeroD map the config's 0 ("off") to scoring's negative sentinel.
+func offIfZero(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+func offIfZeroD(v time.Duration) time.Duration {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // tieMargin maps the config's 0 ("exact ties only") to scoring's negative sentinel.
@@ -139,13 +167,19 @@ func (s Scoring) validate() error {
 		v   time.Duration
 	}{{"scoring.overhead", s.Overhead}, {"scoring.decode_interference", s.DecodeInterference}, {"scoring.tie_margin_min", s.TieMarginMin},
 		{"scoring.write_half_life", s.WriteHalfLife}, {"scoring.max_ttft", s.MaxTTFT}, {"scoring.retry_after_max", s.RetryAfterMax}, {"scoring.scrape.interval", s.Scrape.Interval},
-		{"scoring.scrape.timeout", s.Scrape.Timeout}} {
+		{"scoring.scrape.timeout", s.Scrape.Timeout}, {"scoring.factor_half_life", s.FactorHalfLife}} {
 		if d.v < 0 {
 			return fieldErr(d.key, "must be ≥ 0, got %s", d.v)
 		}
 	}
 	if s.TieMargin < 0 || s.TieMargin > 1 {
 		return fieldErr("scoring.tie_margin", "must be in [0, 1] (a fraction of the best prediction), got %g", s.TieMargin)
+	}
+	if s.CongestionMax < 0 {
+		return fieldErr("scoring.congestion_max", "must be ≥ 0 (0 = off), got %g", s.CongestionMax)
+	}
+	if s.ExploreFraction < 0 || s.ExploreFraction > 1 {
+		return fieldErr("scoring.explore_fraction", "must be in [0, 1], got %g", s.ExploreFraction)
 	}
 	if s.Forgetting <= 0 || s.Forgetting > 1 {
 		return fieldErr("scoring.forgetting", "must be in (0, 1], got %g", s.Forgetting)

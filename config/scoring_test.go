@@ -50,3 +50,22 @@ func TestScoringValidationNamesTheKey(t *testing.T) {
 		}
 	}
 }
+
+// The overload and learning-floor settings reach scoring.Options; 0 in the config means
+// off (scoring's negative sentinel), never scoring's own default.
+func TestScoringOverloadAndLearningKeys(t *testing.T) {
+	o := defaultScoring().Options()
+	if o.CongestionMax != 8 || o.FactorHalfLife != time.Minute || o.ExploreFraction != 0.01 || o.QueueBacklog {
+		t.Fatalf("defaults: %+v", o)
+	}
+	s := defaultScoring()
+	s.CongestionMax, s.FactorHalfLife, s.ExploreFraction, s.QueueBacklog = 0, 0, 0, true
+	if o := s.Options(); o.CongestionMax >= 0 || o.FactorHalfLife >= 0 || o.ExploreFraction >= 0 || !o.QueueBacklog {
+		t.Fatalf("0 must turn the feature off: %+v", o)
+	}
+	s = defaultScoring()
+	s.ExploreFraction = 2
+	if err := s.validate(); err == nil {
+		t.Fatal("explore_fraction 2 must be refused")
+	}
+}

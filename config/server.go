@@ -48,6 +48,10 @@ type Server struct {
 	ExtProcTLSCert     string `mapstructure:"ext_proc_tls_cert"`
 	ExtProcTLSKey      string `mapstructure:"ext_proc_tls_key"`
 	ExtProcTLSClientCA string `mapstructure:"ext_proc_tls_client_ca"`
+	// ReadyRequiresIndex holds readiness (GET /readyz, gRPC "readiness") until the KV
+	// index has been in sync for at least one worker. Off by default: an idle vLLM
+	// publishes no KV events, so a fleet with no traffic would never become ready.
+	ReadyRequiresIndex bool `mapstructure:"ready_requires_index"`
 }
 
 func defaultServer() Server {

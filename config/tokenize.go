@@ -1,6 +1,9 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Tokenize holds settings shared by every model's in-process tokenizer (per-model
 // settings are models[].tokenizer, models[].tokenize_paths and
@@ -12,6 +15,42 @@ type Tokenize struct {
 	CacheBytes int64 `mapstructure:"cache_bytes"`
 	// MinCachedSegment is the shortest text run, in bytes, worth caching; ≤ 0 = 256.
 	MinCachedSegment int `mapstructure:"min_cached_segment"`
+	// Shadow is the shadow check of local ids against the picked worker's /tokenize.
+	Shadow TokenizeShadow `mapstructure:"shadow"`
+}
+
+// TokenizeShadow configures the shadow check (tokenize.ShadowOptions): 0 selects each
+// default.
+type TokenizeShadow struct {
+	// Fraction of local-path requests checked, in [0, 1]; 0 = 0.01, negative = off.
+	Fraction float64 `mapstructure:"fraction"`
+	// MaxPerSecond caps checks per model; 0 = 1.
+	MaxPerSecond float64 `mapstructure:"max_per_second"`
+	// MismatchRate above which a model is switched to its remote path, in [0, 1];
+	// 0 = 0.05.
+	MismatchRate float64 `mapstructure:"mismatch_rate"`
+	// MinChecks before the rate is judged; 0 = 20.
+	MinChecks int `mapstructure:"min_checks"`
+	// Timeout of one check's call to the worker; 0 = 2s.
+	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+// validateTokenize checks the tokenize section.
+func validateTokenize(t Tokenize) error {
+	sh := t.Shadow
+	switch {
+	case sh.Fraction > 1:
+		return fieldErr("tokenize.shadow.fraction", "must be ≤ 1 (negative = off), got %v", sh.Fraction)
+	case sh.MaxPerSecond < 0:
+		return fieldErr("tokenize.shadow.max_per_second", "must be ≥ 0, got %v", sh.MaxPerSecond)
+	case sh.MismatchRate < 0 || sh.MismatchRate > 1:
+		return fieldErr("tokenize.shadow.mismatch_rate", "must be in [0, 1], got %v", sh.MismatchRate)
+	case sh.MinChecks < 0:
+		return fieldErr("tokenize.shadow.min_checks", "must be ≥ 0, got %d", sh.MinChecks)
+	case sh.Timeout < 0:
+		return fieldErr("tokenize.shadow.timeout", "must be ≥ 0, got %s", sh.Timeout)
+	}
+	return nil
 }
 
 // validateTokenizePaths checks models[i].tokenize_paths and remote_tokenize_timeout.
@@ -35,6 +74,9 @@ func validateTokenizePaths(key string, m Model) error {
 	}
 	if m.RemoteTokenizeTimeout < 0 {
 		return fieldErr(key+".remote_tokenize_timeout", "must be ≥ 0, got %s", m.RemoteTokenizeTimeout)
+	}
+	if m.RemoteTokenizeBudget < 0 {
+		return fieldErr(key+".remote_tokenize_budget", "must be ≥ 0, got %s", m.RemoteTokenizeBudget)
 	}
 	return nil
 }

@@ -27,3 +27,30 @@ func TestTokenizePathsValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenizeShadowValidation(t *testing.T) {
+	for _, c := range []struct {
+		sh   TokenizeShadow
+		want string // "" = valid; else the key the error must name
+	}{
+		{TokenizeShadow{}, ""},
+		{TokenizeShadow{Fraction: -1}, ""},
+		{TokenizeShadow{Fraction: 1, MaxPerSecond: 5, MismatchRate: 1, MinChecks: 3, Timeout: time.Second}, ""},
+		{TokenizeShadow{Fraction: 1.5}, "tokenize.shadow.fraction"},
+		{TokenizeShadow{MaxPerSecond: -1}, "tokenize.shadow.max_per_second"},
+		{TokenizeShadow{MismatchRate: 2}, "tokenize.shadow.mismatch_rate"},
+		{TokenizeShadow{MinChecks: -1}, "tokenize.shadow.min_checks"},
+		{TokenizeShadow{Timeout: -time.Second}, "tokenize.shadow.timeout"},
+	} {
+		err := validateTokenize(Tokenize{Shadow: c.sh})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: unexpected error %v", c.sh, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: error %v, want one naming %s", c.sh, err, c.want)
+		}
+	}
+	if err := validateModels([]Model{{Name: "a", RemoteTokenizeBudget: -time.Second}}); err == nil || !strings.Contains(err.Error(), "remote_tokenize_budget") {
+		t.Errorf("negative budget: %v", err)
+	}
+}

@@ -31,6 +31,9 @@ type Model struct {
 	TokenizePaths []string `mapstructure:"tokenize_paths"`
 	// RemoteTokenizeTimeout bounds one call to a worker's /tokenize; 0 = 250ms.
 	RemoteTokenizeTimeout time.Duration `mapstructure:"remote_tokenize_timeout"`
+	// RemoteTokenizeBudget bounds the time one request spends on remote tokenization
+	// over every worker tried; 0 = twice RemoteTokenizeTimeout.
+	RemoteTokenizeBudget time.Duration `mapstructure:"remote_tokenize_budget"`
 }
 
 // Worker is one statically configured inference endpoint.

@@ -139,7 +139,7 @@ func runBinaryJourney(t *testing.T, bin string, ports []int, ws []*testWorker, a
 		t.Fatalf("health: %v %v", hc, err)
 	}
 
-	e, err := New(Config{ExtProcAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RequestBodyMode: Buffered, ResponseBodyMode: Streamed})
+	e, err := New(generous(Config{ExtProcAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RequestBodyMode: Buffered, ResponseBodyMode: Streamed}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,8 @@
 //   - a response BUFFERED_PARTIAL body is processed like STREAMED;
 //   - request header mode SKIP sends no request-direction message at all;
 //   - no mode_override, no send_body_without_waiting_for_header_response, no
-//     observability mode, no retries.
+//     observability mode; retries only with OverrideHost (connect failures down
+//     kvroute's endpoint list).
 package e2e
 
 import (
@@ -76,19 +77,51 @@ type Config struct {
 	MetadataKey bool
 	// ReceivingNamespaces are metadata_options.receiving_namespaces.untyped; nil → [envoy.lb].
 	ReceivingNamespaces []string
+	// ForwardingNamespaces are metadata_options.forwarding_namespaces.untyped: the
+	// stream's dynamic metadata of these namespaces rides on every ProcessingRequest as
+	// metadata_context (CC addDynamicMetadata). nil → none.
+	ForwardingNamespaces []string
+	// RequestMetadata is dynamic metadata an earlier filter set on every request
+	// ({namespace: {key: value}}), e.g. the GIE subset hint envoy.lb.subset_hint.
+	RequestMetadata map[string]map[string]any
+	// OverrideHost imitates the override_host load balancing policy (OH) on a cluster
+	// of the workers instead of ORIGINAL_DST: endpoints "ip:port,ip:port,..." from the
+	// destination header (first value), else envoy.lb metadata; attempt N goes to the
+	// N-th endpoint, a connect failure is retried up to Retries times (route
+	// retry_policy retry_on connect-failure); the endpoint that served is written to
+	// envoy.lb/<DestinationHeader>-served (selected_host_key).
+	OverrideHost bool
+	Retries      int
+
+	// StripHeaders are removed from the client's request before anything else (HCM
+	// early_header_mutation_extensions with header_mutation remove: they run before
+	// route selection and before any filter).
+	StripHeaders []string
+	// FallbackWorkers, when set, imitates the shipped route table: a first route
+	// matching only when DestinationHeader is present (present_match) goes to the
+	// ORIGINAL_DST cluster, and a catch-all route goes to a round-robin cluster of these
+	// worker addresses. Envoy selects the route on the request as it arrives (after
+	// StripHeaders) and selects it again only after a request-direction reply that
+	// carries a header mutation and clear_route_cache, or any such reply when
+	// RouteCacheClear is set (PS DecodingProcessorState::clearRouteCache; reference
+	// §5.2). nil: every request goes to ORIGINAL_DST (the bootstraps before issue 10).
+	FallbackWorkers []string
+	// RouteCacheClear is ext_proc's route_cache_action: CLEAR.
+	RouteCacheClear bool
 }
 
 // Stats are counters of what the stand-in did, for assertions.
 type Stats struct {
 	Messages          int64 // ProcessingRequests sent
 	Timeouts          int64 // per-message timeouts
+	Fallbacks         int64 // requests routed by the catch-all route to FallbackWorkers
 	RejectedMutations int64 // header mutations silently dropped by the default rules (MR)
 	NoHealthyUpstream int64 // 503s from the router: no/invalid destination (OD, RT)
 	LocalReplies      int64 // local replies (immediate responses and Envoy's own errors)
 }
 
 type stats struct {
-	messages, timeouts, rejected, noHost, local atomic.Int64
+	messages, timeouts, rejected, noHost, local, fallbacks atomic.Int64
 }
 
 // Envoy is the stand-in: an http.Handler playing the downstream listener.
@@ -99,6 +132,7 @@ type Envoy struct {
 	upstream *http.Client
 	stats    stats
 	seq      atomic.Uint64
+	rr       atomic.Uint64 // fallback cluster round robin
 }
 
 // New connects to the processor and returns the stand-in.
@@ -144,7 +178,7 @@ func (e *Envoy) Close() error {
 // Stats returns the counters so far.
 func (e *Envoy) Stats() Stats {
 	return Stats{Messages: e.stats.messages.Load(), Timeouts: e.stats.timeouts.Load(), RejectedMutations: e.stats.rejected.Load(),
-		NoHealthyUpstream: e.stats.noHost.Load(), LocalReplies: e.stats.local.Load()}
+		NoHealthyUpstream: e.stats.noHost.Load(), LocalReplies: e.stats.local.Load(), Fallbacks: e.stats.fallbacks.Load()}
 }
 
 // ServeHTTP handles one downstream request: the ext_proc request phases, the router
@@ -152,6 +186,10 @@ func (e *Envoy) Stats() Stats {
 func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{e: e, w: w, r: r, side: e.newSideStream(r.Context())}
 	x.hdrs = requestHeaders(r, fmt.Sprintf("envoy-%d", e.seq.Add(1)))
+	for _, k := range e.cfg.StripHeaders {
+		x.hdrs = x.hdrs.del(strings.ToLower(k)) // early header mutation: before routing and filters
+	}
+	x.routeHdrs = x.hdrs // the route is selected on the request as it arrived
 	x.hasBody = r.Body != nil && r.Body != http.NoBody
 	defer x.side.close()
 	up, lr := x.requestPath()
@@ -201,11 +239,63 @@ func (x *exchange) destination(h headerList) (string, bool) {
 // malformed destination → local reply 503 "no healthy upstream" (RT
 // sendNoHealthyUpstreamResponse, flag UH); connect failure → 503 (flag UF).
 func (x *exchange) forward(up *upReq) (*http.Response, *localReply) {
-	addr, ok := x.destination(up.headers)
+	x.forwarded = true
+	var addr string
+	ok := false
+	if fb := x.e.cfg.FallbackWorkers; len(fb) > 0 {
+		on := x.routeHdrs // the cached route, unless kvroute's reply cleared it
+		if x.routeCleared {
+			on = up.headers
+		}
+		if !on.has(x.e.cfg.DestinationHeader) {
+			x.e.stats.fallbacks.Add(1)
+			addr, ok = fb[int(x.e.rr.Add(1)-1)%len(fb)], true
+		}
+	}
+	if x.e.cfg.OverrideHost {
+		return x.forwardOverrideHost(up)
+	}
+	if !ok {
+		addr, ok = x.destination(up.headers)
+	}
 	if !ok {
 		x.e.stats.noHost.Add(1)
 		return nil, &localReply{status: 503, body: "no healthy upstream", details: "no_healthy_upstream"}
 	}
+	return x.send(up, addr)
+}
+
+// forwardOverrideHost is the router with the override_host policy (OH): kvroute's
+// endpoint list in order, one per attempt, retried on connect failure; the served
+// endpoint goes to dynamic metadata (selected_host_key).
+func (x *exchange) forwardOverrideHost(up *upReq) (*http.Response, *localReply) {
+	v := up.headers.get(x.e.cfg.DestinationHeader)
+	if v == "" {
+		v, _ = x.side.meta("envoy.lb", x.e.cfg.DestinationHeader)
+	}
+	var eps []string
+	for _, e := range strings.Split(v, ",") {
+		if ap, err := netip.ParseAddrPort(strings.TrimSpace(e)); err == nil {
+			eps = append(eps, ap.String())
+		}
+	}
+	if len(eps) == 0 {
+		x.e.stats.noHost.Add(1) // the stand-in has no fallback policy's endpoints
+		return nil, &localReply{status: 503, body: "no healthy upstream", details: "no_healthy_upstream"}
+	}
+	var lr *localReply
+	for attempt := 0; attempt <= x.e.cfg.Retries && attempt < len(eps); attempt++ {
+		var resp *http.Response
+		if resp, lr = x.send(up, eps[attempt]); lr == nil {
+			x.side.setMeta("envoy.lb", x.e.cfg.DestinationHeader+"-served", eps[attempt])
+			return resp, nil
+		}
+	}
+	return nil, lr
+}
+
+// send is one upstream attempt to addr.
+func (x *exchange) send(up *upReq, addr string) (*http.Response, *localReply) {
 	req, err := http.NewRequestWithContext(x.r.Context(), up.headers.get(":method"), "http://"+addr+up.headers.get(":path"), up.body)
 	if err != nil {
 		return nil, &localReply{status: 500, body: err.Error()}

@@ -27,6 +27,9 @@ type exchange struct {
 	bodyErr       *localReply // failure inside the request body pipeline
 	duplexStarted bool        // a FULL_DUPLEX body chunk was sent: errors are fail-closed (PR #41276)
 	wroteHeaders  bool
+	routeHdrs     headerList // the request headers the route was selected on (FallbackWorkers)
+	routeCleared  bool       // a request-direction reply cleared the route cache: select again
+	forwarded     bool
 }
 
 // upReq is what the router forwards upstream.
@@ -100,6 +103,9 @@ func (x *exchange) bodyFailure() *localReply {
 func dropsContentLength(m Mode) bool { return m == Streamed || m == FullDuplex || m == BufferedPartial }
 
 func (x *exchange) applyHeaders(h headerList, cr *extprocv3.CommonResponse, mode Mode) (headerList, *localReply) {
+	if !x.forwarded && cr.GetHeaderMutation() != nil && (cr.GetClearRouteCache() || x.e.cfg.RouteCacheClear) {
+		x.routeCleared = true // honoured only with a header mutation, in the request direction (§5.2)
+	}
 	var rejected int
 	h, err := h.apply(cr.GetHeaderMutation(), dropsContentLength(mode), &rejected)
 	x.e.stats.rejected.Add(int64(rejected))

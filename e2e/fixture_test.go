@@ -100,7 +100,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	if o.envoy.RequestBodyMode == FullDuplex || o.envoy.ResponseBodyMode == FullDuplex {
 		o.envoy.RequestTrailers, o.envoy.ResponseTrailers = true, true // CFG requires trailer SEND
 	}
-	e, err := New(o.envoy)
+	e, err := New(generous(o.envoy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func (f *fixture) inFlight() int {
 // happens on kvroute's stream goroutine, with no event a test could wait on).
 func (f *fixture) waitInFlight(want int) {
 	f.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for f.app.Router.InFlight() != want {
 		if time.Now().After(deadline) {
 			f.t.Fatalf("in flight = %d, want %d", f.app.Router.InFlight(), want)

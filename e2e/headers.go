@@ -63,6 +63,16 @@ func (h headerList) get(k string) string {
 	return ""
 }
 
+// has reports whether header k is present, whatever its value (route present_match).
+func (h headerList) has(k string) bool {
+	for _, kv := range h {
+		if kv[0] == k {
+			return true
+		}
+	}
+	return false
+}
+
 func (h headerList) del(k string) headerList {
 	out := h[:0]
 	for _, kv := range h {

@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Errors a side stream call can end with; each maps to what Envoy does (reference §5.5, §3.7).
@@ -66,7 +68,48 @@ type reply struct {
 }
 
 func (e *Envoy) newSideStream(ctx context.Context) *sideStream {
-	return &sideStream{e: e, ctx: ctx, metadata: map[string]any{}}
+	s := &sideStream{e: e, ctx: ctx, metadata: map[string]any{}}
+	for ns, kv := range e.cfg.RequestMetadata {
+		m := map[string]any{}
+		for k, v := range kv {
+			m[k] = v
+		}
+		s.metadata[ns] = m
+	}
+	return s
+}
+
+// setMeta sets dynamic metadata ns/key (a filter or the load balancer writing it).
+func (s *sideStream) setMeta(ns, key string, v any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.metadata[ns].(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		s.metadata[ns] = m
+	}
+	m[key] = v
+}
+
+// metadataContext is the forwarded namespaces of the stream's dynamic metadata (CC
+// addDynamicMetadata); nil when none is configured or set. Caller holds s.mu.
+func (s *sideStream) metadataContextLocked() *corev3.Metadata {
+	var md *corev3.Metadata
+	for _, ns := range s.e.cfg.ForwardingNamespaces {
+		m, ok := s.metadata[ns].(map[string]any)
+		if !ok {
+			continue
+		}
+		st, err := structpb.NewStruct(m)
+		if err != nil {
+			continue
+		}
+		if md == nil {
+			md = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+		}
+		md.FilterMetadata[ns] = st
+	}
+	return md
 }
 
 // send sends one message; Envoy never sets the gRPC end-of-stream flag on a message
@@ -104,6 +147,7 @@ func (s *sideStream) send(req *extprocv3.ProcessingRequest) error {
 	if s.sent == 0 && !s.e.cfg.NoProtocolConfig {
 		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: s.e.cfg.RequestBodyMode, ResponseBodyMode: s.e.cfg.ResponseBodyMode}
 	}
+	req.MetadataContext = s.metadataContextLocked()
 	s.sent++
 	s.e.stats.messages.Add(1)
 	st := s.stream

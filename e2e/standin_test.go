@@ -49,7 +49,7 @@ func standIn(t *testing.T, cfg Config, p scripted) string {
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
 	cfg.ExtProcAddr = ln.Addr().String()
-	e, err := New(cfg)
+	e, err := New(generous(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestStandInCleanCloseContinues(t *testing.T) {
 	extprocv3.RegisterExternalProcessorServer(srv, closer{})
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
-	e, err := New(Config{ExtProcAddr: ln.Addr().String(), RequestBodyMode: Buffered})
+	e, err := New(generous(Config{ExtProcAddr: ln.Addr().String(), RequestBodyMode: Buffered}))
 	if err != nil {
 		t.Fatal(err)
 	}

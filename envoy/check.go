@@ -8,10 +8,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 )
 
@@ -35,7 +37,12 @@ var (
 	ErrMetadataNamespace = errors.New("ext_proc does not accept kvroute's metadata namespace")
 	ErrModeOverride      = errors.New("ext_proc allows mode override")
 	ErrFilterOrder       = errors.New("ext_proc must come before the router")
+	ErrClientHeader      = errors.New("a client-supplied routing header reaches Envoy's routing")
+	ErrFailOpen          = errors.New("without kvroute's pick a request could reach a client-chosen worker or none")
 )
+
+// EarlyHeaderMutation is the early header mutation extension that strips client headers.
+const EarlyHeaderMutation = "envoy.http.early_header_mutation.header_mutation"
 
 // Expect is what Check compares the Envoy configuration with: kvroute's own settings.
 type Expect struct {
@@ -47,6 +54,21 @@ type Expect struct {
 	// KnownClusters are clusters defined elsewhere (e.g. by Istio) that references may
 	// name.
 	KnownClusters []string
+	// TenantHeader is kvroute's admission.tenant_header ("" = not required): ext_proc
+	// believes it as set by the edge, so the client's copy must be removed first.
+	TenantHeader string
+}
+
+// StrippedHeaders are the client request headers every configuration must remove
+// before ext_proc and routing: the destination kvroute sets, and its "-served" twin
+// (Gateway API Inference Extension) that routing may read, and the tenant header
+// when Expect.TenantHeader is set (admission believes it in ext_proc).
+func (e Expect) StrippedHeaders() []string {
+	out := []string{e.DestinationHeader, e.DestinationHeader + "-served"}
+	if e.TenantHeader != "" {
+		out = append(out, e.TenantHeader)
+	}
+	return out
 }
 
 // Check verifies what protobuf rules cannot, across every message reachable from roots
@@ -64,6 +86,8 @@ func Check(e Expect, roots ...proto.Message) error {
 		refs     []string
 		extprocs []*extprocv3.ExternalProcessor
 		hcms     []*hcmv3.HttpConnectionManager
+		vhosts   []*routev3.VirtualHost
+		removed  = map[string]bool{}
 		errs     []error
 	)
 	bad := func(sentinel error, format string, args ...any) {
@@ -86,6 +110,14 @@ func Check(e Expect, roots ...proto.Message) error {
 				extprocs = append(extprocs, x)
 			case *hcmv3.HttpConnectionManager:
 				hcms = append(hcms, x)
+			case *routev3.VirtualHost:
+				vhosts = append(vhosts, x)
+			case *earlyv3.HeaderMutation:
+				for _, m := range x.GetMutations() {
+					if r, ok := m.GetAction().(*mutationv3.HeaderMutation_Remove); ok {
+						removed[r.Remove] = true
+					}
+				}
 			}
 			return nil
 		})
@@ -161,13 +193,71 @@ func Check(e Expect, roots ...proto.Message) error {
 			bad(ErrModeOverride, "%s: allow_mode_override must be false", where)
 		}
 	}
+	// A client never chooses its worker: the routing headers are stripped before
+	// anything reads them (HCM early_header_mutation_extensions).
+	if len(extprocs) > 0 {
+		for _, h := range e.StrippedHeaders() {
+			if !removed[h] {
+				bad(ErrClientHeader, "no %s removes the client's %q before ext_proc and routing", EarlyHeaderMutation, h)
+			}
+		}
+	}
+	checkRoutes(e, clusters, vhosts, extprocs, bad)
 	for i, h := range hcms {
 		checkFilterOrder(fmt.Sprintf("http_connection_manager #%d (%s)", i+1, h.GetStatPrefix()), h.GetHttpFilters(), bad)
 	}
 	return errors.Join(errs...)
 }
 
+// checkRoutes: in every virtual host, a route to an ORIGINAL_DST cluster must require
+// the destination header (present_match), so it is taken only when kvroute set it, and
+// a later catch-all route must go to an ordinary cluster (the fail-open fallback); the
+// ext_proc filter must re-select the route after kvroute's reply (route_cache_action
+// CLEAR). Route fragments outside a virtual host (Istio MERGE patches) are checked by
+// their own tests.
+func checkRoutes(e Expect, clusters map[string]*clusterv3.Cluster, vhosts []*routev3.VirtualHost, extprocs []*extprocv3.ExternalProcessor, bad func(error, string, ...any)) {
+	if len(vhosts) == 0 {
+		return
+	}
+	for _, x := range extprocs {
+		if x.GetRouteCacheAction() != extprocv3.ExternalProcessor_CLEAR {
+			bad(ErrFailOpen, "ext_proc route_cache_action must be CLEAR: the route is re-selected after kvroute sets the destination")
+		}
+	}
+	isOD := func(name string) bool {
+		c, ok := clusters[name]
+		return ok && c.GetType() == clusterv3.Cluster_ORIGINAL_DST
+	}
+	for _, vh := range vhosts {
+		fallback := false
+		for _, r := range vh.GetRoutes() {
+			c := r.GetRoute().GetCluster()
+			if c == "" {
+				continue
+			}
+			guarded := false
+			for _, hm := range r.GetMatch().GetHeaders() {
+				if hm.GetName() == e.DestinationHeader && hm.GetPresentMatch() && !hm.GetInvertMatch() {
+					guarded = true
+				}
+			}
+			switch {
+			case isOD(c) && !guarded:
+				bad(ErrFailOpen, "virtual host %q: the route to ORIGINAL_DST cluster %q must match only when %s is present (set by kvroute)", vh.GetName(), c, e.DestinationHeader)
+			case !isOD(c) && len(r.GetMatch().GetHeaders()) == 0:
+				fallback = true
+			}
+		}
+		if !fallback {
+			bad(ErrFailOpen, "virtual host %q: no catch-all route to a load-balanced cluster of the workers for requests kvroute did not route", vh.GetName())
+		}
+	}
+}
+
 func checkFilterOrder(where string, fs []*hcmv3.HttpFilter, bad func(error, string, ...any)) {
+	if len(fs) == 0 {
+		return // a MERGE fragment (Istio NETWORK_FILTER patch) lists no filters
+	}
 	ext, rt := -1, -1
 	for i, f := range fs {
 		switch f.GetName() {

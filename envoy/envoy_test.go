@@ -18,7 +18,7 @@ var files = []string{"envoy-buffered.yaml", "envoy-full-duplex.yaml"}
 // expect is kvroute's default configuration, which the shipped files must match.
 func expect() Expect {
 	d := config.Default()
-	return Expect{DestinationHeader: d.ExtProc.DestinationHeader, MetadataNamespace: d.ExtProc.MetadataNamespace}
+	return Expect{DestinationHeader: d.ExtProc.DestinationHeader, MetadataNamespace: d.ExtProc.MetadataNamespace, TenantHeader: d.Admission.TenantHeader}
 }
 
 func load(t *testing.T, text string) (*bootstrapv3.Bootstrap, error) {
@@ -145,6 +145,13 @@ func TestCheckCatchesBrokenCopies(t *testing.T) {
 		{"envoy.lb not accepted", "envoy-buffered.yaml", "untyped: [envoy.lb]", "untyped: [other]", ErrMetadataNamespace},
 		{"mode override", "envoy-full-duplex.yaml", "allow_mode_override: false", "allow_mode_override: true", ErrModeOverride},
 		{"router before ext_proc", "envoy-buffered.yaml", "- name: envoy.filters.http.ext_proc", "- name: envoy.filters.http.ext_proc_moved", ErrFilterOrder},
+		// Issue 10 item 4: a client never chooses its worker, kvroute down or not.
+		{"client destination header kept", "envoy-buffered.yaml", "- remove: x-gateway-destination-endpoint\n", "- remove: x-other\n", ErrClientHeader},
+		{"client served header kept", "envoy-full-duplex.yaml", "- remove: x-gateway-destination-endpoint-served", "- remove: x-other", ErrClientHeader},
+		{"client tenant header kept", "envoy-buffered.yaml", "- remove: x-kvroute-tenant", "- remove: x-other", ErrClientHeader},
+		{"ORIGINAL_DST route without header guard", "envoy-buffered.yaml", "present_match: true", "present_match: false", ErrFailOpen},
+		{"fallback to ORIGINAL_DST", "envoy-buffered.yaml", "cluster: vllm_fallback\n", "cluster: vllm_workers\n", ErrFailOpen},
+		{"route not re-selected after kvroute", "envoy-buffered.yaml", "route_cache_action: CLEAR", "route_cache_action: DEFAULT", ErrFailOpen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := load(t, mutate(t, read(t, tc.file), tc.old, tc.new))

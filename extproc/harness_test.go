@@ -91,7 +91,7 @@ func (h *harness) waitEnded(t testing.TB) error {
 	select {
 	case err := <-h.ended:
 		return err
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("server stream did not end")
 		return nil
 	}
@@ -105,7 +105,7 @@ type tstream struct {
 }
 
 func (h *harness) open(t testing.TB) *tstream {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	s, err := h.client.Process(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,9 @@ package extproc
 
 import (
 	"math"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 var zeroTime time.Time
@@ -66,12 +69,22 @@ func withMetadata(r *extprocv3.ProcessingResponse, md *structpb.Struct) *extproc
 // ORIGINAL_DST metadata_key and override_host read). Namespace "" disables metadata.
 func (st *stream) destination() (*extprocv3.HeaderMutation, *structpb.Struct) {
 	cfg := &st.s.opt.Config
-	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(cfg.DestinationHeader, st.ticket.Address)}}
+	// With extproc.fallback_endpoints the value is the protocol's ordered list
+	// "ip:port,ip:port,...": the pick, then the next best (override_host splits it; the
+	// header and the metadata carry the same value, as the protocol requires).
+	dest := st.ticket.Address
+	if len(st.ticket.Fallbacks) > 0 {
+		dest = strings.Join(append([]string{dest}, st.ticket.Fallbacks...), ",")
+	}
+	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(cfg.DestinationHeader, dest)}}
+	// The upstream request continues the trace from kvroute's route span (W3C
+	// traceparent/tracestate, overwriting the caller's), so vLLM's spans join it.
+	st.route.Inject(func(k, v string) { mut.SetHeaders = append(mut.SetHeaders, setHeader(k, v)) })
 	if cfg.MetadataNamespace == "" {
 		return mut, nil
 	}
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{cfg.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{
-		Fields: map[string]*structpb.Value{cfg.DestinationHeader: structpb.NewStringValue(st.ticket.Address)}})}}
+		Fields: map[string]*structpb.Value{cfg.DestinationHeader: structpb.NewStringValue(dest)}})}}
 	return mut, md
 }
 
@@ -100,6 +113,8 @@ func (st *stream) responseMutation() *extprocv3.HeaderMutation {
 func (st *stream) immediate(err error) error {
 	r := router.ErrorReply(st.api, err)
 	st.s.m.ImmediateResponses.WithLabelValues(strconv.Itoa(r.Status)).Inc()
+	st.route.Set(attribute.Int("http.response.status_code", r.Status))
+	st.route.Fail(http.StatusText(r.Status))
 	st.s.log.Debug("ext_proc: immediate response", "request_id", st.requestID, "status", r.Status, "err", err)
 	hm := &extprocv3.HeaderMutation{}
 	for _, h := range r.Header {

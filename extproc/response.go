@@ -57,6 +57,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		}
 		if st.tracker.Write(b.GetBody()) {
 			st.ticket.FirstToken(zeroTime)
+			st.route.Event("first_token", zeroTime)
 		}
 		// The SSE end marker ([DONE], message_stop) completes the request: a client
 		// that hangs up right after it makes Envoy reset the stream before the last
@@ -93,6 +94,7 @@ func (st *stream) complete(res response.Result) {
 	res.Outcome = st.ticket.Complete(res, zeroTime)
 	st.settle(res)
 	st.record(res.Outcome)
+	st.route.Completed(res.Status, res.Usage)
 }
 
 // settle settles the admission grant with res and the generated tokens counted from
@@ -127,6 +129,7 @@ func (st *stream) finish(reason string) {
 	st.settle(response.Result{Outcome: o})
 	st.record(o)
 	st.s.m.Aborts.WithLabelValues(reason).Inc()
+	st.route.Fail("aborted: " + reason)
 }
 
 // record counts the request once, with outcome o, on kvroute_extproc_requests_total.

@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/router"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures a Server.
@@ -25,6 +26,7 @@ type Options struct {
 	Config  config.ExtProc // zero fields are NOT defaulted: pass config.Default().ExtProc as a base
 	Metrics *metrics.Set   // nil: an unregistered set
 	Logger  *slog.Logger   // nil: slog.Default()
+	Tracer  trace.Tracer   // kvroute.route spans (package tracing); nil: none
 	// Admission is the admission stage (tenant identity, budgets); nil admits every
 	// request as unattributed. The tenant header is believed as set by the edge: the
 	// Envoy configuration must remove the client's copy (docs/configuration.md).
@@ -86,6 +88,7 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err erro
 	}
 	st := newStream(s, ps.Context(), ps.Send)
 	rate := newBucket(s.opt.Config.MaxMessagesPerSecond)
+	defer func() { st.route.End() }()
 	s.m.ActiveStreams.Inc()
 	defer s.m.ActiveStreams.Dec()
 	defer st.recordEnd() // after the panic recovery below has aborted the ticket

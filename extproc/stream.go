@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/tracing"
 )
 
 // phase names a ProcessingRequest kind (metrics label, logs).
@@ -53,6 +54,9 @@ type stream struct {
 	api           request.API
 	requestID     string
 	slo           time.Duration
+	subset        []string // GIE endpoint subset hint (when hasSubset)
+	hasSubset     bool
+	servedSeen    bool // the served endpoint was read from the response metadata
 	contentLength int  // -1 unknown
 	awaitingBody  bool // the pick waits for body (headers held by Envoy or by us)
 	holdHeaders   bool // we withhold the headers reply (FULL_DUPLEX_STREAMED, STREAMED without waiting)
@@ -64,6 +68,9 @@ type stream struct {
 	ticket        *router.Ticket
 	tenant        admission.Identity // from the request headers message (Identify)
 	grant         *admission.Grant   // settled with the ticket (complete, finish)
+	route         *tracing.Route     // the kvroute.route span; nil until the request headers
+	traceparent   string             // W3C trace context of the caller (request headers)
+	tracestate    string
 
 	// response direction
 	status     int
@@ -94,6 +101,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.phase = phaseReqHeaders
 		st.count()
+		st.readSubsetHint(req.GetMetadataContext())
 		return st.requestHeaders(v.RequestHeaders, req.GetMetadataContext().GetFilterMetadata())
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.phase = phaseReqBody
@@ -107,10 +115,12 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		st.phase = phaseRspHeaders
 		st.count()
+		st.readServed(req.GetMetadataContext())
 		return st.responseHeaders(v.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		st.phase = phaseRspBody
 		st.count()
+		st.readServed(req.GetMetadataContext())
 		st.s.m.BodyBytes.WithLabelValues("response").Add(float64(len(v.ResponseBody.GetBody())))
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -135,6 +145,17 @@ func headerLookup(h *extprocv3.HttpHeaders) func(string) string {
 		}
 		return ""
 	}
+}
+
+// traceHeader reads the caller's W3C trace context headers (tracing.HeaderGetter).
+func (st *stream) traceHeader(name string) string {
+	switch name {
+	case "traceparent":
+		return st.traceparent
+	case "tracestate":
+		return st.tracestate
+	}
+	return ""
 }
 
 func (st *stream) count() { st.s.m.Messages.WithLabelValues(string(st.phase)).Inc() }
@@ -171,6 +192,10 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*struct
 			path = headerValue(hv)
 		case "x-request-id":
 			st.requestID = headerValue(hv)
+		case "traceparent":
+			st.traceparent = headerValue(hv)
+		case "tracestate":
+			st.tracestate = headerValue(hv)
 		case "content-length":
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n >= 0 {
 				st.contentLength = n
@@ -184,6 +209,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*struct
 		}
 	}
 	st.api = request.APIForPath(path)
+	st.route = tracing.StartRoute(st.ctx, st.s.opt.Tracer, st.traceHeader, string(st.api))
 	if st.observability {
 		st.s.m.Streams.WithLabelValues("observability").Inc()
 		return nil
@@ -325,10 +351,15 @@ const (
 // one ImmediateResponse.
 func (st *stream) pickAndRelease(body []byte, complete bool, how release) error {
 	st.awaitingBody = false
+	ctx := st.route.Context(st.ctx)
+	_, span := tracing.Start(ctx, st.s.opt.Tracer, tracing.SpanParse)
 	req, err := st.parse(body, complete)
+	span.End()
 	if err == nil {
 		st.req = req
-		st.ticket, err = st.s.opt.Router.Pick(st.ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo})
+		st.route.Set(tracing.Model(req.Model))
+		st.ticket, err = st.s.opt.Router.Pick(ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
+			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints})
 	}
 	if err == nil {
 		if st.grant, err = st.s.opt.Admission.Reserve(st.tenant, admission.WantOf(st.ticket, req.MaxTokens)); err != nil {
@@ -339,6 +370,7 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	if err != nil {
 		return st.immediate(err)
 	}
+	st.route.Set(st.ticket.TraceAttributes()...)
 	if st.requestID == "" {
 		st.requestID = st.ticket.RequestID
 	}

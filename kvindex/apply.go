@@ -335,6 +335,25 @@ func (ix *Index) ResetRank(name string, dpRank int) {
 	ix.updateGauges()
 }
 
+// ResetWorker forgets what worker's engine stored on every rank, and its speculative
+// entries: the worker restarted, its cache is empty. The worker stays indexed.
+func (ix *Index) ResetWorker(name string) {
+	w := ix.worker(name)
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	ix.clearLocked(w, -1)
+	clear(w.ranks)
+	ix.dropSpecLocked(w)
+	w.desyncGen = 0
+	ix.modeLocked(w)
+	met := w.met.entries
+	w.mu.Unlock()
+	met.Set(0)
+	ix.updateGauges()
+}
+
 // Desync marks worker's entries as possibly stale: events were lost and could not be
 // replayed. The worker runs approximate (its entries still count) until fresh
 // BlockStored events have covered its cache again — as many blocks as its capacity (or, when

@@ -267,31 +267,74 @@ func (ix *Index) book(name string, keys []Key, track bool) Booking {
 		exp = now
 	}
 	b := Booking{worker: w, stamp: exp}
-	created := 0
+	// One write lock per shard instead of one per key (a 128-key booking took 128 shard
+	// locks, each waiting out any lookup in progress): keys are grouped by shard, each
+	// shard's keys applied under one lock; per key, state records whether its holder
+	// existed (bit 0) and is speculative after the update (bit 1).
+	var orderBuf [256]int32
+	var stateBuf [256]uint8
+	order, state := orderBuf[:0], stateBuf[:0]
+	if len(keys) > len(orderBuf) {
+		order, state = make([]int32, 0, len(keys)), make([]uint8, 0, len(keys))
+	}
+	order, state = order[:len(keys)], state[:len(keys)]
+	var start [nShards + 1]int32
+	for _, k := range keys {
+		start[shardOf(k)+1]++
+	}
+	for s := 1; s <= nShards; s++ {
+		start[s] += start[s-1]
+	}
+	fill := start
+	for i := len(keys) - 1; i >= 0; i-- { // tail first within each shard, as keys are walked below
+		sh := shardOf(keys[i])
+		order[fill[sh]] = int32(i)
+		fill[sh]++
+	}
+	var cs counts
+	for s := 0; s < nShards; s++ {
+		if start[s] == start[s+1] {
+			continue
+		}
+		sh := &ix.shards[s]
+		sh.mu.Lock()
+		for _, i := range order[start[s]:start[s+1]] {
+			k := keys[i]
+			slot, h := sh.locate(k, w.id)
+			switch {
+			case h == nil:
+				newKey := sh.add(k, slot, holder{wf: w.id | flags, stamp: exp})
+				cs.keys += b2i(newKey)
+				cs.holders++
+				state[i] = 2
+			case h.spec():
+				h.stamp, h.wf = exp, w.id|flags
+				state[i] = 3
+			default: // confirmed: marked used (LRU)
+				h.stamp = now
+				state[i] = 1
+			}
+		}
+		sh.mu.Unlock()
+	}
+	ix.flush(&cs)
+	created, fifo := 0, int64(0)
 	// Tail first: the FIFO evicts from its front, and like vLLM (which frees a request's
 	// blocks tail first) the prefix should outlive its extensions.
 	for i := len(keys) - 1; i >= 0; i-- {
 		k := keys[i]
-		_, after, existed := ix.update(k, w.id, func() holder { return holder{wf: w.id | flags} }, func(h *holder) bool {
-			if h.spec() {
-				h.stamp = exp
-				h.wf = w.id | flags
-			} else {
-				h.stamp = now
-			}
-			return true
-		})
-		if !existed {
+		if state[i]&1 == 0 {
 			created++
 			if track {
 				b.keys = append(b.keys, k)
 			}
 		}
-		if after.spec() {
+		if state[i]&2 != 0 {
 			w.fifo = append(w.fifo, specEntry{k, exp})
-			ix.nFIFO.Add(1)
+			fifo++
 		}
 	}
+	ix.nFIFO.Add(fifo)
 	w.specLive += created
 	ix.expireLocked(w, now)
 	w.mu.Unlock()

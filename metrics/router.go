@@ -19,6 +19,8 @@ type Router struct {
 	UsageReports     *prometheus.CounterVec   // kind: reported, absent, no_usage — how usage of ok requests reported cached tokens
 	PromptsCapped    prometheus.Counter       // requests whose prompt was longer than the tokens routing considers
 	SpecWithdrawn    prometheus.Counter       // speculative index entries withdrawn from failed or aborted requests
+	ServedMoves      *prometheus.CounterVec   // worker (the one that served): bookings moved to the endpoint the gateway reports served
+	ServedUnknown    prometheus.Counter       // served endpoints reported that no registered worker has
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
@@ -33,7 +35,7 @@ func newRouter(reg prometheus.Registerer) *Router {
 		DecisionSeconds: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "decision_duration_seconds", Help: "Time to make one pick (index lookup, scoring, booking), tokenization excluded.", Buckets: FastBuckets})),
 		Errors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "errors_total", Help: "Requests the router refused, by reason (unknown_model, no_worker, shed)."}, []string{"reason"})),
+			Name: "errors_total", Help: "Requests the router refused, by reason (unknown_model, no_worker, subset, shed)."}, []string{"reason"})),
 		InFlight: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "in_flight_requests", Help: "Requests routed by kvroute and not yet finished, per worker."}, []string{"worker"})),
 		InFlightTokens: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
@@ -54,5 +56,9 @@ func newRouter(reg prometheus.Registerer) *Router {
 			Name: "prompt_tokens_total", Help: "Sum of prompt tokens of routed requests with known token counts."})),
 		UsageReports: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "usage_reports_total", Help: "Requests finished with outcome ok, by how their usage reported cached tokens (reported: a number, 0 included; absent: no count or null; no_usage: no usage object)."}, []string{"kind"})),
+		ServedMoves: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "served_moves_total", Help: "Bookings moved because the gateway reported another endpoint served the request (a retry down the fallback list), by the worker that served."}, []string{"worker"})),
+		ServedUnknown: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "served_unknown_total", Help: "Served-endpoint reports naming an address no registered worker has (the booking stays where it was)."})),
 	}
 }

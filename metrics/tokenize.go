@@ -20,6 +20,8 @@ type Tokenize struct {
 	CacheEvictions  *prometheus.CounterVec   // model: cache entries evicted by the byte bound
 	LocalAvailable  *prometheus.GaugeVec     // model: 1 when the in-process tokenizer loaded
 	ChatTemplateUse *prometheus.GaugeVec     // model: 1 when the chat template compiled and renders
+	ShadowChecks    *prometheus.CounterVec   // model, result: shadow checks of local ids against a worker's /tokenize
+	ShadowRemote    *prometheus.GaugeVec     // model: 1 while the shadow check has switched the model to its remote path
 }
 
 func newTokenize(reg prometheus.Registerer) *Tokenize {
@@ -49,5 +51,9 @@ func newTokenize(reg prometheus.Registerer) *Tokenize {
 			Name: "local_available", Help: "1 when the model's in-process tokenizer loaded, 0 when not (see /debug/tokenize for why)."}, []string{"model"})),
 		ChatTemplateUse: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "chat_template_available", Help: "1 when the model's chat template compiled and renders in process, 0 when chat requests need another path."}, []string{"model"})),
+		ShadowChecks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "shadow_checks_total", Help: "Shadow checks of local token ids against the picked worker's POST /tokenize, by model and result (match, mismatch, error, dropped)."}, []string{"model", "result"})),
+		ShadowRemote: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "shadow_remote", Help: "1 while the shadow check's mismatch rate has switched the model from its local to its remote tokenization path (until restart or POST /admin/tokenize/reset)."}, []string{"model"})),
 	}
 }

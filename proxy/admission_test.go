@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"io"
-	"os"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"

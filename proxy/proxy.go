@@ -53,6 +53,8 @@ import (
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures a Handler.
@@ -67,6 +69,8 @@ type Options struct {
 	// retried once elsewhere). Set it when nothing would mark the worker healthy again:
 	// only the /metrics scraper (scoring.scrape.interval > 0) revives workers.
 	NoPassiveHealth bool
+	// Tracer starts each request's kvroute.route span (package tracing); nil: none.
+	Tracer trace.Tracer
 	// Proxy holds the upstream timeouts, the transport's pool size and the forwarded
 	// paths; zero fields take config.Default().Proxy's values.
 	Proxy config.Proxy
@@ -150,6 +154,7 @@ type flight struct {
 	grant    *admission.Grant // settled when the ticket ends (settle)
 	counter  *response.Tracker
 	req      *request.Request
+	route    *tracing.Route
 	ended    bool             // Complete or Abort called
 	outcome  response.Outcome // what the ticket ended with (router.Ticket.Complete/AbortWith)
 	mayRetry bool             // first attempt: a connect failure may be retried on another worker
@@ -189,6 +194,8 @@ func (f *flight) settle(res response.Result) {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
 	api := request.APIForPath(r.URL.Path)
+	route := tracing.StartRoute(r.Context(), h.opt.Tracer, r.Header.Get, string(api))
+	defer route.End()
 	var f *flight
 	defer func() {
 		// Every request is counted, with its outcome, before a panic is re-raised:
@@ -235,6 +242,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuseOversize(rec, r, limit)
 		return
 	}
+	ctx := route.Context(r.Context())
+	_, span := tracing.Start(ctx, h.opt.Tracer, tracing.SpanParse)
+	defer span.End() // ended at once after parsing; this covers the early returns
 	body, err := h.readBodyWithDeadline(rec, r, limit)
 	if err != nil {
 		if qe, ok := request.AsError(err); ok && qe.Status == http.StatusRequestEntityTooLarge {
@@ -245,12 +255,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := request.Parse(api, body)
+	span.End()
 	if err != nil {
+		route.Fail("request refused")
 		h.writeError(rec, api, err)
 		return
 	}
+	route.Set(tracing.Model(req.Model))
 	id, err := h.opt.Admission.Identify(admission.Input{Header: r.Header.Get, Peer: peerAddr(r)})
 	if err != nil {
+		route.Fail("request refused")
 		h.writeError(rec, api, err)
 		return
 	}
@@ -259,18 +273,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (unless passive health is off) and the request, of which nothing was sent, is
 	// picked again among the other workers (see errorHandler).
 	for attempt := 0; attempt < 2; attempt++ {
-		t, err := h.opt.Router.Pick(r.Context(), req, po)
+		t, err := h.opt.Router.Pick(ctx, req, po)
 		if err != nil {
+			route.Fail("no pick")
 			h.writeError(rec, api, err)
 			return
 		}
 		g, err := h.opt.Admission.Reserve(id, admission.WantOf(t, req.MaxTokens))
 		if err != nil {
 			t.AbortWith(response.OutcomeRejected)
+			route.Fail("request refused")
 			h.writeError(rec, api, err)
 			return
 		}
-		f = &flight{ticket: t, grant: g, req: req, mayRetry: attempt == 0}
+		route.Set(t.TraceAttributes()...)
+		f = &flight{ticket: t, grant: g, req: req, route: route, mayRetry: attempt == 0}
 		h.attempt(rec, r, f, body)
 		if !f.retry {
 			return
@@ -405,6 +422,8 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	if d := h.opt.Config.DestinationHeader; d != "" {
 		pr.Out.Header.Set(d, f.ticket.Address)
 	}
+	// The worker continues the trace from kvroute's route span (W3C traceparent).
+	f.route.Inject(pr.Out.Header.Set)
 }
 
 func (h *handler) modifyResponse(resp *http.Response) error {
@@ -508,6 +527,7 @@ func (h *handler) abort(f *flight, reason string, o response.Outcome) {
 	f.outcome = f.ticket.AbortWith(o)
 	f.settle(response.Result{Outcome: f.outcome})
 	h.m.Aborts.WithLabelValues(reason).Inc()
+	f.route.Fail("aborted: " + reason)
 }
 
 // writeError answers a refusal through the one shared mapping (router.ErrorReply).
@@ -544,6 +564,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	}
 	if n > 0 && !b.f.ended && b.tr.Write(p[:n]) {
 		b.f.ticket.FirstToken(time.Time{})
+		b.f.route.Event("first_token", time.Time{})
 	}
 	switch {
 	case err != nil && err != io.EOF && b.f.timedOut.Load():
@@ -555,6 +576,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 			b.f.outcome = b.f.ticket.Complete(res, time.Time{})
 			res.Outcome = b.f.outcome
 			b.f.settle(res)
+			b.f.route.Completed(res.Status, res.Usage)
 		}
 	case err != nil:
 		reason, o := "upstream_error", response.OutcomeUpstreamError

@@ -37,11 +37,12 @@ func (t *Ticket) Complete(res response.Result, at time.Time) response.Outcome {
 		return o
 	}
 	e2e := at.Sub(t.Start)
-	r.m.E2ESeconds.WithLabelValues(t.Worker).Observe(e2e.Seconds())
+	fa, on, moved := t.servedLocked()
+	r.m.E2ESeconds.WithLabelValues(on).Observe(e2e.Seconds())
 	r.m.UsageReports.WithLabelValues(res.Usage.CachedReport()).Inc()
-	if l, ok := r.opt.Policy.(scoring.Learner); ok {
+	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved { // a moved ticket's prediction was for another worker
 		var ttft time.Duration
-		if fa := t.firstAtLocked(); !fa.IsZero() {
+		if !fa.IsZero() {
 			ttft = fa.Sub(t.Start)
 		}
 		l.Observe(t.observation(ttft, e2e, res.Usage, res.Status))

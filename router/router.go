@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,10 @@ import (
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenize"
+	"github.com/kvroute/kvroute/tracing"
 	"github.com/kvroute/kvroute/workers"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Model is what the router needs to know about one served model.
@@ -73,8 +77,11 @@ type Options struct {
 	// model's own context length caps its requests: vLLM rejects longer prompts). The
 	// prediction still sees the whole prompt length. 0 means DefaultMaxPromptTokens.
 	MaxPromptTokens int
-	Metrics   *metrics.Set     // nil: an unregistered set
-	Now       func() time.Time // nil: time.Now
+	Metrics         *metrics.Set     // nil: an unregistered set
+	Now             func() time.Time // nil: time.Now
+	// Tracer starts the kvroute.tokenize, kvroute.index_lookup and kvroute.pick child
+	// spans under the span in Pick's context (package tracing); nil: none.
+	Tracer trace.Tracer
 }
 
 // Error is a refusal with the HTTP status a front should answer with. Any part of
@@ -181,6 +188,16 @@ type PickOptions struct {
 	// Exclude names a worker not to pick (a retry after that worker refused the
 	// connection); "" none.
 	Exclude string
+	// Subset, when SubsetHint is set, restricts the pick to the workers whose "ip:port"
+	// address is listed: the Gateway API Inference Extension endpoint subset hint
+	// (docs/proposals/004-endpoint-picker-protocol, "Endpoint Subset"). An empty or
+	// fully ineligible list is a 503.
+	Subset     []string
+	SubsetHint bool
+	// Fallbacks is how many next-best workers Ticket.Fallbacks lists after the pick, in
+	// order of preference (the protocol's "ip:port,ip:port,..." destination list for
+	// gateways that retry down it); 0 none.
+	Fallbacks int
 }
 
 // Pick chooses a worker for req and books it. The returned Ticket must be ended with
@@ -191,6 +208,8 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	if err != nil {
 		return nil, err
 	}
+	_, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanPick)
+	defer span.End()
 	start := time.Now()
 	r.prepolicy(in, cands)
 	r.mu.Lock()
@@ -231,28 +250,23 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	if d.Predictions != nil {
 		t.Predicted = d.Predictions[d.Index]
 	}
+	if opt.Fallbacks > 0 {
+		t.Fallbacks = fallbacks(cands, d, opt.Fallbacks)
+	}
 	t.prefill = max(in.PromptTokens-c.CachedTokens, 0)
 	if t.RequestID == "" {
 		t.RequestID = fmt.Sprintf("kvr-%d", t.id)
 	}
-	f := r.flights[t.Worker]
-	if f == nil {
-		f = &flight{inFlight: r.m.InFlight.WithLabelValues(t.Worker), inTokens: r.m.InFlightTokens.WithLabelValues(t.Worker)}
-		r.flights[t.Worker] = f
-		r.pub.Store(t.Worker, f)
-	}
-	f.booked.Requests++
-	f.booked.Prefilling++
-	f.booked.PrefillTokens += t.prefill
-	if t.PromptTokens <= 0 {
-		f.booked.Unsized++
-	}
+	t.on, t.onAddress = t.Worker, t.Address
 	r.tickets[t.id] = t
-	r.gaugesLocked(t.Worker, f)
+	t.bookLocked(r.flightLocked(t.Worker), 1)
 	r.mu.Unlock()
 	r.book(t, in.Keys)
 	r.m.DecisionSeconds.Observe(time.Since(start).Seconds())
 	r.m.Decisions.WithLabelValues(t.Worker, d.Reason).Inc()
+	if sh, ok := r.opt.Tokenizer.(tokenize.Shadower); ok && in.path == tokenize.PathLocal {
+		sh.Shadow(req, in.path, in.Tokens, t.Address) // sampled; checked off the request path
+	}
 	if in.PromptTokens > 0 {
 		r.m.PromptTokens.Observe(float64(in.PromptTokens))
 		r.m.PromptTokensSeen.Add(float64(in.PromptTokens))
@@ -322,6 +336,14 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if opt.Exclude != "" {
 		ws = slices.DeleteFunc(ws, func(w *workers.Worker) bool { return w.Name == opt.Exclude })
 	}
+	if opt.SubsetHint {
+		ws = slices.DeleteFunc(ws, func(w *workers.Worker) bool { return !slices.Contains(opt.Subset, w.Address) })
+		if len(ws) == 0 {
+			r.m.Errors.WithLabelValues("subset").Inc()
+			return nil, nil, &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable",
+				Message: fmt.Sprintf("no healthy worker for model %q among the gateway's endpoint subset", echoModel(req.Model))}
+		}
+	}
 	if len(ws) == 0 {
 		return nil, nil, r.noHealthy(req.Model)
 	}
@@ -334,7 +356,10 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if req.API == request.APIOther {
 		in.Degraded, in.path = "not_inference", tokenize.PathNone
 	} else {
-		res, err := r.opt.Tokenizer.Tokenize(ctx, req)
+		tctx, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanTokenize)
+		res, err := r.opt.Tokenizer.Tokenize(tctx, req)
+		span.SetAttributes(tracing.TokenizePath.String(string(res.Path)), attribute.Int("gen_ai.usage.input_tokens", res.PromptTokens))
+		span.End()
 		switch {
 		case err != nil:
 			in.Degraded, in.path = "tokenize_failed", tokenize.PathNone
@@ -361,14 +386,19 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		in.Keys = kvindex.HashBlocks(ns.Seed(), in.Tokens, md.BlockSize, make([]kvindex.Key, 0, len(in.Tokens)/md.BlockSize))
 	}
 	cands := make([]scoring.Candidate, len(ws))
-	idx := make(map[string]int, len(ws))
+	loads := r.opt.Registry.Loads(ws, make([]workers.Load, 0, len(ws)))
 	for i, w := range ws {
-		cands[i] = scoring.Candidate{Worker: w, Load: r.opt.Registry.Load(w.Name)}
-		idx[w.Name] = i
+		cands[i] = scoring.Candidate{Worker: w, Load: loads[i]}
 	}
 	if r.opt.Index != nil && len(in.Keys) > 0 {
+		_, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanIndexLookup)
+		defer span.End()
+		span.SetAttributes(attribute.Int("kvroute.blocks", len(in.Keys)))
 		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
-			if i, ok := idx[m.Worker]; ok {
+			// ws is sorted by name (Registry.Candidates): a binary search per match, no map.
+			if i, ok := slices.BinarySearchFunc(ws, m.Worker, func(w *workers.Worker, name string) int {
+				return strings.Compare(w.Name, name)
+			}); ok {
 				cands[i].Cached = m
 				// vLLM's hit is block-aligned and never the whole prompt: at most
 				// ⌊(prompt−1)/block_size⌋ blocks (vllm/v1/core/kv_cache_manager.py
@@ -401,6 +431,35 @@ func (r *Router) liveLocked(cands []scoring.Candidate) []scoring.Candidate {
 
 // gaugesLocked publishes f's bookings (gauges and the lock-free snapshot) after a
 // change. Caller holds r.mu.
+// flightLocked returns worker's in-flight state, created (with its gauges) on first
+// use. Caller holds r.mu.
+func (r *Router) flightLocked(worker string) *flight {
+	f := r.flights[worker]
+	if f == nil {
+		f = &flight{inFlight: r.m.InFlight.WithLabelValues(worker), inTokens: r.m.InFlightTokens.WithLabelValues(worker)}
+		r.flights[worker] = f
+		r.pub.Store(worker, f)
+	}
+	return f
+}
+
+// bookLocked adds (sign 1) or removes (sign -1) t's share of f's bookings as t stands
+// now: a request prefilling its uncached tokens before the first token, decoding after.
+// Caller holds r.mu; f belongs to t.on.
+func (t *Ticket) bookLocked(f *flight, sign int) {
+	f.booked.Requests += sign
+	if t.firstAt.IsZero() {
+		f.booked.Prefilling += sign
+		f.booked.PrefillTokens += sign * t.prefill
+		if t.PromptTokens <= 0 {
+			f.booked.Unsized += sign
+		}
+	} else {
+		f.booked.Decoding += sign
+	}
+	t.r.gaugesLocked(t.on, f)
+}
+
 func (r *Router) gaugesLocked(_ string, f *flight) {
 	b := &f.booked
 	f.pub[0].Store(int64(b.Requests))
@@ -535,7 +594,7 @@ func (r *Router) Snapshot() ([]WorkerState, []TicketState) {
 	}
 	ts := make([]TicketState, 0, len(r.tickets))
 	for _, t := range r.tickets {
-		ts = append(ts, TicketState{RequestID: t.RequestID, Worker: t.Worker, Model: t.Model, PromptTokens: t.PromptTokens,
+		ts = append(ts, TicketState{RequestID: t.RequestID, Worker: t.on, Model: t.Model, PromptTokens: t.PromptTokens,
 			CachedTokens: t.CachedTokens, FirstToken: t.firstAt != (time.Time{}), Age: now.Sub(t.Start), PredictedTTFT: t.Predicted.TTFT})
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Age > ts[j].Age })
@@ -558,7 +617,7 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 	n := 0
 	r.mu.Lock()
 	for _, t := range r.tickets {
-		if t.Worker == w.Name {
+		if t.on == w.Name {
 			r.releaseLocked(t, response.OutcomeAborted)
 			n++
 		}
@@ -597,6 +656,9 @@ type Ticket struct {
 	Degraded     string
 	Predicted    scoring.Prediction
 	Start        time.Time
+	// Fallbacks are the addresses of the next-best workers after Address, best first
+	// (PickOptions.Fallbacks of them at most); nil unless asked for.
+	Fallbacks []string
 
 	prefill int            // booked uncached prefill tokens
 	booked  scoring.Booked // the worker's bookings before this one (learning feature)
@@ -606,6 +668,10 @@ type Ticket struct {
 	firstAt time.Time
 	ended   bool
 	outcome response.Outcome // set when ended (outcome.go)
+	// on is the worker holding the booking: Worker, unless Served moved it (onAddress
+	// its address; moved: the prediction was made for another worker).
+	on, onAddress string
+	moved         bool
 
 	released atomic.Bool                     // ended (set under r.mu), read without it
 	spec     atomic.Pointer[kvindex.Booking] // speculative entries booked for it; nil none
@@ -624,21 +690,20 @@ func (t *Ticket) FirstToken(at time.Time) {
 		r.mu.Unlock()
 		return
 	}
+	on, moved := t.on, t.moved
+	f := r.flights[on]
+	if f != nil {
+		t.bookLocked(f, -1) // as prefilling
+	}
 	t.firstAt = at
-	if f := r.flights[t.Worker]; f != nil {
-		f.booked.Prefilling--
-		f.booked.PrefillTokens -= t.prefill
-		if t.PromptTokens <= 0 {
-			f.booked.Unsized--
-		}
-		f.booked.Decoding++
-		r.gaugesLocked(t.Worker, f)
+	if f != nil {
+		t.bookLocked(f, 1) // as decoding
 	}
 	r.mu.Unlock()
 	ttft := at.Sub(t.Start)
 	r.m.TicketsReleased.WithLabelValues("first_token").Inc()
-	r.m.TTFTSeconds.WithLabelValues(t.Worker).Observe(ttft.Seconds())
-	if l, ok := r.opt.Policy.(scoring.Learner); ok {
+	r.m.TTFTSeconds.WithLabelValues(on).Observe(ttft.Seconds())
+	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved {
 		l.Observe(t.observation(ttft, 0, response.Usage{}, 0))
 	}
 }
@@ -687,24 +752,98 @@ func (r *Router) releaseLocked(t *Ticket, o response.Outcome) {
 	t.ended, t.outcome = true, o
 	t.released.Store(true)
 	delete(r.tickets, t.id)
-	f := r.flights[t.Worker]
-	if f == nil {
-		return
+	if f := r.flights[t.on]; f != nil {
+		t.bookLocked(f, -1)
 	}
-	f.booked.Requests--
-	if t.firstAt.IsZero() {
-		f.booked.Prefilling--
-		f.booked.PrefillTokens -= t.prefill
-		if t.PromptTokens <= 0 {
-			f.booked.Unsized--
-		}
-	} else {
-		f.booked.Decoding--
-	}
-	r.gaugesLocked(t.Worker, f)
 }
 
 func (t *Ticket) observation(ttft, e2e time.Duration, u response.Usage, status int) scoring.Observation {
 	return scoring.Observation{Worker: t.Worker, PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens,
 		Booked: t.booked, Load: t.load, Predicted: t.Predicted, Start: t.Start, TTFT: ttft, E2E: e2e, Usage: u, Status: status}
+}
+
+// TraceAttributes describes the decision for the request's kvroute.route span (package
+// tracing): the GenAI model and prompt size, the worker, its predicted cached tokens
+// and TTFT (seconds), the reason and any degradation.
+func (t *Ticket) TraceAttributes() []attribute.KeyValue {
+	a := []attribute.KeyValue{tracing.Model(t.Model), tracing.Worker.String(t.Worker), tracing.Reason.String(t.Reason),
+		tracing.CachedTokens.Int(t.CachedTokens), tracing.TokenizePath.String(string(t.Path))}
+	if t.PromptTokens > 0 {
+		a = append(a, tracing.Usage(t.PromptTokens, -1)...)
+	}
+	if t.Predicted.TTFT > 0 {
+		a = append(a, tracing.PredictedTTFT.Float64(t.Predicted.TTFT.Seconds()))
+	}
+	if t.Degraded != "" {
+		a = append(a, tracing.Degraded.String(t.Degraded))
+	}
+	return a
+}
+
+// servedLocked reads, under r.mu, the first-token time, the worker holding the
+// booking and whether Served moved it.
+func (t *Ticket) servedLocked() (time.Time, string, bool) {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	return t.firstAt, t.on, t.moved
+}
+
+// Served records the endpoint ("ip:port") the gateway reports as having served the
+// request: the GIE protocol's x-gateway-destination-endpoint-served response metadata
+// (docs/proposals/004-endpoint-picker-protocol, "Destination Endpoint Served"). When it
+// differs from the pick — the gateway retried down the fallback list — the booking
+// (prefill tokens, or the decoding slot after the first token) moves to the worker at
+// that address, and the ticket no longer teaches the policy: its prediction was made
+// for another worker. Speculative index entries stay where they were booked (they
+// expire with their TTL). It returns true when the booking moved; an address no
+// registered worker has, the address already booked, or an ended ticket change nothing.
+func (t *Ticket) Served(address string) bool {
+	r := t.r
+	var to *workers.Worker
+	for _, w := range r.opt.Registry.All() {
+		if w.Address == address {
+			to = w
+			break
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.ended || address == "" || address == t.onAddress {
+		return false
+	}
+	if to == nil {
+		r.m.ServedUnknown.Inc()
+		return false
+	}
+	if f := r.flights[t.on]; f != nil {
+		t.bookLocked(f, -1)
+	}
+	t.on, t.onAddress, t.moved = to.Name, to.Address, true
+	t.bookLocked(r.flightLocked(to.Name), 1)
+	r.m.ServedMoves.WithLabelValues(to.Name).Inc()
+	return true
+}
+
+// fallbacks lists up to n candidates other than the chosen one, best first: by
+// predicted TTFT when the policy predicts, else by fewest booked requests (name order
+// breaks ties, as the candidates are sorted by name).
+func fallbacks(cands []scoring.Candidate, d scoring.Decision, n int) []string {
+	order := make([]int, 0, len(cands))
+	for i := range cands {
+		if i != d.Index {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		i, j := order[a], order[b]
+		if d.Predictions != nil && d.Predictions[i].TTFT != d.Predictions[j].TTFT {
+			return d.Predictions[i].TTFT < d.Predictions[j].TTFT
+		}
+		return cands[i].Booked.Requests < cands[j].Booked.Requests
+	})
+	out := make([]string, 0, min(n, len(order)))
+	for _, i := range order[:min(n, len(order))] {
+		out = append(out, cands[i].Worker.Address)
+	}
+	return out
 }

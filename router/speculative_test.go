@@ -128,6 +128,9 @@ func TestFailedOrAbortedTicketWithdrawsSpeculativeEntries(t *testing.T) {
 		if err != nil || t2.Worker != t1.Worker {
 			t.Fatal(t2, err)
 		}
+		if t2.CachedTokens != 512 {
+			t.Fatalf("the longer request's cached prefix on %s: %d tokens, want the first request's 512", t2.Worker, t2.CachedTokens)
+		}
 		t2.Abort()
 		if got := held(ix, longer, "w0"); got != 32 {
 			t.Fatalf("after the longer request aborted, w0 holds %d blocks, want the first request's 32", got)

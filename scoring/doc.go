@@ -14,8 +14,8 @@
 //
 //	U = prompt − cached (cached capped at prompt−1: vLLM always recomputes the last token,
 //	    less what the queue's writes evict before the request is scheduled, overload.go)
-//	Q = min(booked uncached tokens, backlog) + unsized bookings·F_w
-//	    + w_age·max(0, waiting − booked prefilling)·F_w
+//	Q = booked uncached tokens (or their remaining work, queue_backlog) + unsized bookings·F_w
+//	    + w_age·max(0, waiting − booked prefilling − ours that left since the scrape)·F_w
 //	R = booked decoding + w_age·max(0, running − booked requests)
 //	w_age = 0.5^(age of the scrape / load_half_life)
 //

@@ -98,7 +98,15 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 	rate := pr.prefillRate / max(theta[TermPrefill], 1e-9)
 	if wm != nil {
 		v.foreignTokens = wm.foreignTokens
-		v.backlog = wm.backlog.at(in.Now, rate)
+		if p.o.QueueBacklog {
+			v.backlog = wm.backlog.at(in.Now, rate)
+		}
+		if head, ok := wm.backlog.head(); ok && p.o.QueueBacklog {
+			// Only the head of the queue can be partly done: the rest has not started
+			// (an engine bound by KV space rather than compute drains slower than its
+			// prefill rate, and the recursion alone would call its queue empty).
+			v.backlog = max(v.backlog, float64(c.Booked.PrefillTokens)-head)
+		}
 		v.leftWaiting = wm.firstTokens.since(c.Load.ScrapedAt)
 		v.leftRunning = wm.finished.since(c.Load.ScrapedAt)
 	}
@@ -335,6 +343,7 @@ func (p *Predictor) recordLeft(o Observation) {
 			wm.finished.add(o.Start.Add(o.E2E))
 		} else if o.TTFT > 0 {
 			wm.firstTokens.add(o.Start.Add(o.TTFT))
+			wm.backlog.pop()
 		}
 	}
 	p.mu.Unlock()

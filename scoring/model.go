@@ -131,11 +131,11 @@ func features(o *Options, in *Input, c *Candidate, p prior, v workerView) (Featu
 //
 // vLLM v1's scheduler serves the waiting queue FCFS (vllm/v1/core/sched/scheduler.py:
 // running requests first, then waiting ones in order), so every uncached token queued
-// ahead is prefilled before ours. Our own bookings are exact in size; what is left of
-// them is the worker's backlog (v.backlog, a Lindley recursion over our picks at the
-// learned prefill rate, overload.go), never more than their full uncached tokens: the
-// head of a deep queue is partly done, the rest is not, and a steady-state factor
-// cannot describe both. Token-less bookings (Booked.Unsized) and the scraped waiting
+// ahead is prefilled before ours. Our own bookings are exact in size; with
+// Options.QueueBacklog what is left of them is the worker's backlog (v.backlog, a
+// Lindley recursion over our picks at the learned prefill rate, overload.go), never
+// more than their full uncached tokens: the head of a deep queue is partly done, the
+// rest is not. Otherwise they count in full and θ₂ learns the bias. Token-less bookings (Booked.Unsized) and the scraped waiting
 // requests we did not route count at their expected size F_w, the scrape discounted by
 // its age; bookings made after the scrape are not double counted (only waiting requests
 // beyond our prefilling bookings are foreign), nor are ours that left the queue after

@@ -58,6 +58,12 @@ type Options struct {
 	// seconds into the delay they impose on later requests (README "Overload"; ρ = the
 	// cluster's offered prefill utilization). 0 → 8; negative → off (TTFT alone decides).
 	CongestionMax float64
+	// QueueBacklog counts kvroute's bookings on a worker at their remaining prefill work
+	// (the Lindley backlog at the learned rate, bounded by the bookings and by the
+	// bookings less the head of the queue; README "Overload") instead of in full. Off by
+	// default: measured +10 % p90 at overload (Mooncake 3×) but −30 % on KV-bound
+	// multi-turn chat (BENCHMARKS.md, "Scoring under overload").
+	QueueBacklog bool
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.

@@ -48,9 +48,35 @@ func keptAfterWait(in *Input, c *Candidate, cached int, queueTok float64) int {
 // worker with no booked prefill has none. It is what makes the queue term right for
 // deep queues: the head of the queue is partly prefilled, the tail not at all, and the
 // bookings' full uncached tokens (an upper bound, kept as a cap) describe neither.
+//
+// The recursion drains at the compute rate; an engine waiting for KV space drains
+// slower. So it keeps the uncached tokens of the picks still without a first token in
+// pick order (pending, FCFS as vLLM v1 schedules them), and the queue term never
+// counts less than the bookings minus the head of that queue: only the head can be
+// partly prefilled.
 type backlog struct {
-	tokens float64   // remaining at t
-	t      time.Time // last update
+	tokens  float64   // remaining at t
+	t       time.Time // last update
+	pending []float64 // uncached tokens of our picks without a first token, oldest first
+}
+
+// maxPending bounds pending (picks whose first token is never reported — aborts — are
+// dropped when the worker has nothing booked, or here).
+const maxPending = 4096
+
+// head returns the oldest pending pick's uncached tokens.
+func (b *backlog) head() (float64, bool) {
+	if len(b.pending) == 0 {
+		return 0, false
+	}
+	return b.pending[0], true
+}
+
+// pop drops the oldest pending pick (its first token was observed).
+func (b *backlog) pop() {
+	if len(b.pending) > 0 {
+		b.pending = b.pending[1:]
+	}
 }
 
 // at returns the backlog drained to now at rate tokens/s.
@@ -66,10 +92,15 @@ func (b *backlog) at(now time.Time, rate float64) float64 {
 func (b *backlog) add(tokens float64, booked int, now time.Time, rate float64) {
 	if booked <= 0 {
 		b.tokens = 0
+		b.pending = b.pending[:0]
 	} else {
 		b.tokens = b.at(now, rate)
 	}
 	b.tokens += max(tokens, 0)
+	if len(b.pending) >= maxPending {
+		b.pending = append(b.pending[:0], b.pending[len(b.pending)-maxPending/2:]...)
+	}
+	b.pending = append(b.pending, max(tokens, 0))
 	if now.After(b.t) || b.t.IsZero() {
 		b.t = now
 	}

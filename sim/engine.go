@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -69,6 +70,28 @@ type Engine struct {
 	waiting []*seq
 	running []*seq
 	stats   Stats
+	// speed divides every step's duration (1: the profile's speed; 2: twice as fast;
+	// 1/3: three times slower). 0 means 1.
+	speed float64
+}
+
+// SetSpeed makes every later step take the profile's step time ÷ f: a worker f times
+// faster (f > 1) or slower (f < 1) than its profile, e.g. another GPU model in the same
+// pool or a throttled one. Steps already returned keep their duration. f must be > 0.
+func (e *Engine) SetSpeed(f float64) error {
+	if !(f > 0) || f > 1e6 {
+		return fmt.Errorf("sim: speed factor %v: must be positive", f)
+	}
+	e.speed = f
+	return nil
+}
+
+// Speed returns the factor set by SetSpeed (1 if none).
+func (e *Engine) Speed() float64 {
+	if e.speed == 0 {
+		return 1
+	}
+	return e.speed
 }
 
 // NewEngine returns an idle engine. seed is the engine's block-hash seed (vLLM's
@@ -87,16 +110,25 @@ func (e *Engine) blocksFor(tokens int) int {
 	return (tokens + e.prof.BlockSize - 1) / e.prof.BlockSize
 }
 
-// Add queues a request.
-func (e *Engine) Add(r *Request) error {
+// Check returns the error Add would return for r (ErrEmptyPrompt, ErrTooLong), without
+// queueing it; drivers that delay Add by the profile's RequestOverhead check first.
+func (e *Engine) Check(r *Request) error {
 	if len(r.Prompt) == 0 {
 		return ErrEmptyPrompt
 	}
+	if e.blocksFor(len(r.Prompt)+max(r.MaxTokens, 1)) > e.prof.NumBlocks {
+		return ErrTooLong
+	}
+	return nil
+}
+
+// Add queues a request.
+func (e *Engine) Add(r *Request) error {
+	if err := e.Check(r); err != nil {
+		return err
+	}
 	if r.MaxTokens < 1 {
 		r.MaxTokens = 1
-	}
-	if e.blocksFor(len(r.Prompt)+r.MaxTokens) > e.prof.NumBlocks {
-		return ErrTooLong
 	}
 	s := &seq{req: r, tokens: append(make([]uint32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...), promptLen: len(r.Prompt)}
 	e.waiting = append(e.waiting, s)
@@ -192,7 +224,7 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 	budget := e.prof.MaxBatchTokens
 	var sched []scheduled
 	preempted := false
-	prefillTokens, decodeSeqs := 0, 0
+	var work StepWork
 	// 1. running requests, in order (vllm/v1/core/sched/scheduler.py).
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
@@ -258,15 +290,20 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 	for _, sc := range sched {
 		s := sc.s
 		if s.computed >= s.promptLen {
-			decodeSeqs++
+			work.DecodeSeqs++
+			work.DecodeContext += e.prof.EffectiveContext(s.computed + sc.n)
 		} else {
-			prefillTokens += sc.n
+			work.PrefillTokens += sc.n
+			work.PrefillAttn += e.prof.PrefillAttn(s.computed, sc.n)
 		}
 		s.computed += sc.n
 		e.commit(s)
 	}
 	e.stats.Steps++
-	d = e.prof.StepTime(prefillTokens, decodeSeqs)
+	d = e.prof.StepCost(work)
+	if e.speed > 0 && e.speed != 1 {
+		d = time.Duration(float64(d) / e.speed)
+	}
 	// 4. sample: every request whose tokens are all computed gets one new token.
 	finished := false
 	for _, sc := range sched {

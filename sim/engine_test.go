@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -331,5 +332,32 @@ func TestProfilesMatchTheirDocumentedSpeeds(t *testing.T) {
 	}
 	if _, err := LookupProfile("nope"); err == nil {
 		t.Error("unknown profile accepted")
+	}
+}
+
+func TestSetSpeedDividesStepTime(t *testing.T) {
+	p := Profile{Name: "t", Model: "m", StepOverhead: 10 * time.Millisecond, PrefillPerToken: time.Millisecond, BlockSize: 16,
+		NumBlocks: 64, MaxNumSeqs: 4, MaxBatchTokens: 256}
+	e, err := NewEngine(p, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []float64{0, -1, math.NaN()} {
+		if e.SetSpeed(bad) == nil {
+			t.Errorf("SetSpeed(%v) accepted", bad)
+		}
+	}
+	if e.Speed() != 1 {
+		t.Fatalf("default speed %v", e.Speed())
+	}
+	if err := e.SetSpeed(4); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Add(&Request{ID: "a", Prompt: make([]uint32, 100), MaxTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d, _, _, ok := e.Step()
+	if want := (10*time.Millisecond + 100*time.Millisecond) / 4; !ok || d != want {
+		t.Errorf("step at speed 4 = %v, want %v", d, want)
 	}
 }

@@ -37,19 +37,40 @@ func NewRunner(eng *Engine, opt RunnerOptions) *Runner {
 func (r *Runner) Submit(req *Request) (<-chan Output, error) {
 	ch := make(chan Output, req.MaxTokens+2)
 	r.mu.Lock()
-	err := r.eng.Add(req)
-	if err == nil {
+	defer r.mu.Unlock()
+	if d := r.eng.Profile().RequestOverhead; d > 0 {
+		// The request becomes schedulable after the profile's per-request overhead,
+		// unless cancelled meanwhile (its stream is then gone).
+		if err := r.eng.Check(req); err != nil {
+			return nil, err
+		}
 		r.streams[req] = ch
+		time.AfterFunc(d, func() {
+			r.mu.Lock()
+			_, live := r.streams[req]
+			if live {
+				_ = r.eng.Add(req) // checked above
+			}
+			r.mu.Unlock()
+			if live {
+				r.kick()
+			}
+		})
+		return ch, nil
 	}
-	r.mu.Unlock()
-	if err != nil {
+	if err := r.eng.Add(req); err != nil {
 		return nil, err
 	}
+	r.streams[req] = ch
+	r.kick()
+	return ch, nil
+}
+
+func (r *Runner) kick() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
-	return ch, nil
 }
 
 // Cancel aborts req (client went away) and closes its channel.

@@ -36,6 +36,10 @@ type WorkerOptions struct {
 	OnBatch             func(Batch) // KV events of each step (e.g. Publisher.Publish)
 	DPRank              int         // data-parallel rank written into event batches
 	Now                 func() time.Time
+	// TokenizeDisagree makes POST /tokenize answer wrong ids on purpose (the last id
+	// is changed; an empty answer gains one), for testing a router's check of its own
+	// ids against the worker's (kvroute's shadow check). Generation is unaffected.
+	TokenizeDisagree bool
 }
 
 // Worker is one simulated vLLM server: an engine in real time behind the OpenAI HTTP API.
@@ -454,6 +458,13 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
 	}
 	if toks == nil {
 		toks = []uint32{}
+	}
+	if w.opt.TokenizeDisagree {
+		toks = append([]uint32(nil), toks...)
+		if len(toks) == 0 {
+			toks = append(toks, 0)
+		}
+		toks[len(toks)-1] ^= 1
 	}
 	rw.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(rw).Encode(map[string]any{"count": len(toks), "max_model_len": w.opt.MaxModelLen, "tokens": toks})

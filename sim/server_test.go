@@ -313,3 +313,37 @@ func TestTextTokensHook(t *testing.T) {
 		t.Errorf("hook calls %v, want [false true false]", calls)
 	}
 }
+
+// TestTokenizeDisagree: with TokenizeDisagree, /tokenize answers the right count but a
+// changed last id (for testing a router's shadow check), and an empty prompt one id.
+func TestTokenizeDisagree(t *testing.T) {
+	w, err := NewWorker(WorkerOptions{Profile: testProfile(), Model: "m", TokenizeDisagree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	for _, c := range []struct {
+		body string
+		want []uint32
+	}{
+		{`{"prompt":"t11 t12 t13"}`, []uint32{11, 12, 12}},
+		{`{"prompt":""}`, []uint32{1}},
+	} {
+		resp := post(t, srv.URL+"/tokenize", c.body)
+		var tk struct {
+			Count  int      `json:"count"`
+			Tokens []uint32 `json:"tokens"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&tk)
+		resp.Body.Close()
+		if tk.Count != len(c.want) || len(tk.Tokens) != len(c.want) {
+			t.Fatalf("%s: %+v, want %v", c.body, tk, c.want)
+		}
+		for i := range c.want {
+			if tk.Tokens[i] != c.want[i] {
+				t.Errorf("%s: %v, want %v", c.body, tk.Tokens, c.want)
+			}
+		}
+	}
+}

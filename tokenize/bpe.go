@@ -17,6 +17,9 @@ type bpe struct {
 	// ignore_merges (a pre-token that is itself in the vocabulary is emitted whole).
 	words        map[string]uint32
 	ignoreMerges bool
+	// sp is set for a SentencePiece-style model (sentencepiece.go): symbols start as
+	// characters, and byteID holds the <0xNN> byte-fallback tokens.
+	sp *spVocab
 }
 
 const noRank = math.MaxUint32
@@ -46,12 +49,21 @@ func (m *bpe) encode(dst []uint32, w string) []uint32 {
 // (rank, position).
 func (m *bpe) encodeSmall(dst []uint32, w string) []uint32 {
 	var symBuf [48]uint32
-	var rankBuf [48]uint64 // rank<<32|merged id of pair (i, i+1); noRank<<32 if none
 	syms := symBuf[:len(w)]
 	for i := 0; i < len(w); i++ {
 		syms[i] = m.byteID[w[i]]
 	}
-	ranks := rankBuf[:len(w)-1]
+	return m.mergeSmall(dst, syms)
+}
+
+// mergeSmall runs the merges over at most 48 initial symbols (modified in place) and
+// appends the result to dst.
+func (m *bpe) mergeSmall(dst []uint32, syms []uint32) []uint32 {
+	if len(syms) < 2 {
+		return append(dst, syms...)
+	}
+	var rankBuf [48]uint64 // rank<<32|merged id of pair (i, i+1); noRank<<32 if none
+	ranks := rankBuf[:len(syms)-1]
 	for i := range ranks {
 		ranks[i] = m.pairs.get(syms[i], syms[i+1])
 	}
@@ -109,13 +121,24 @@ func (h *mergeHeap) Pop() any {
 // encodeHeap is word.rs merge_all: a priority queue of (rank, position) over a doubly
 // linked list of symbols, O(n log n) for long pre-tokens (runs of CJK, base64, …).
 func (m *bpe) encodeHeap(dst []uint32, w string) []uint32 {
-	n := len(w)
-	id := make([]uint32, n)
+	id := make([]uint32, len(w))
+	for i := 0; i < len(w); i++ {
+		id[i] = m.byteID[w[i]]
+	}
+	return m.mergeHeap(dst, id)
+}
+
+// mergeHeap runs the merges over initial symbols id (modified in place; at least
+// one) with a heap and appends the result to dst.
+func (m *bpe) mergeHeap(dst []uint32, id []uint32) []uint32 {
+	n := len(id)
+	if n < 2 {
+		return append(dst, id...)
+	}
 	prev := make([]int32, n)
 	next := make([]int32, n)
 	alive := make([]bool, n)
-	for i := 0; i < len(w); i++ {
-		id[i] = m.byteID[w[i]]
+	for i := 0; i < n; i++ {
 		prev[i] = int32(i - 1)
 		next[i] = int32(i + 1)
 		alive[i] = true

@@ -17,8 +17,8 @@
 // LoadModel accepts a Hugging Face layout directory (tokenizer.json,
 // tokenizer_config.json, optional chat_template.jinja / chat_template.json) or a hub
 // cache entry (models--org--name; the refs/main snapshot). It fails with ErrUnsupported
-// for anything it cannot compute exactly (SentencePiece-style BPE such as Gemma, an
-// unknown pre-tokenizer pattern, …) and ErrNoTokenizer when the files are absent. A
+// for anything it cannot compute exactly (a Unigram or WordPiece model, an unknown
+// pre-tokenizer pattern or normalizer, …) and ErrNoTokenizer when the files are absent. A
 // chat template the engine cannot compile or render is reported by ChatError at load
 // time; EncodeText still works.
 //
@@ -28,15 +28,36 @@
 // paths, failures and degraded requests in metrics.Tokenize, and reports per-model path
 // health (Health, served at GET /debug/tokenize).
 //
+// The remote path asks the model's workers (ServiceOptions.Addresses) in turn, up to
+// three, within ModelConfig.RemoteBudget; a worker failing three times in a row is
+// skipped for RemoteBackoff on its own. A 4xx (404/405/408/429 aside) is the request's
+// fault (ReasonClient): no backoff, no second worker, the request goes on degraded and
+// the worker answers the client itself.
+//
+// Shadow check (shadow.go): Service implements Shadower; the router hands it each
+// local-path result with the picked worker's address, and a sampled, rate-capped share
+// is compared off the request path with that worker's /tokenize. Past a mismatch rate
+// the model's local path is switched off (ReasonShadow) until ResetShadow.
+//
 // # Supported tokenizers
 //
 // Byte-level BPE with the pre-tokenizer patterns of Qwen2/2.5/3, Llama 3.x, DeepSeek V3
 // and gpt-oss (o200k); normalizers none and NFC; post-processors ByteLevel and
 // TemplateProcessing, plus transformers' rebuild of the post-processor for
 // LlamaTokenizerFast/GemmaTokenizerFast from add_bos_token/add_eos_token. Merge
-// priority is the merges list order (no assumption that ranks equal ids). gpt-oss has
+// priority is the merges list order (no assumption that ranks equal ids).
+//
+// SentencePiece-style BPE (Gemma 2/3, Llama 2, Mistral; sentencepiece.go): a
+// tokenizer.json without a ByteLevel pre-tokenizer. Normalizers Replace (String
+// pattern), Prepend, NFC and Sequences of them; pre-tokenizers none, Metaspace
+// (prepend_scheme always/first/never, split on or off) and Gemma's Split on " " after
+// a normalizer that left no space; byte_fallback to <0xNN> tokens, else the unknown
+// token (fused with fuse_unk). Checked against the goldens of gemma3 and llama2 and
+// three Metaspace variants of Llama 2's file (TestMetaspaceExact). gpt-oss has
 // no Jinja chat template (vLLM renders it with openai_harmony): its chat requests fail
-// over to the remote path.
+// over to the remote path. Harmony rendering is not implemented: no runnable reference
+// is reachable here, and vLLM's harmony system message carries the engine host's
+// current date.
 //
 // # How it is fast
 //
@@ -57,12 +78,14 @@
 //	load.go, jsonscan.go    tokenizer.json / tokenizer_config.json, hub cache layout
 //	model.go                Model, LoadModel, EncodeText, post-processor rules
 //	bytelevel.go, bpe.go    byte-level alphabet, merges by rank
+//	sentencepiece.go        SentencePiece-style BPE: normalizers, Metaspace, byte fallback
 //	pretok.go               hand-written Split pre-tokenizers
 //	added.go                added/special token splitting
 //	cache.go                byte-bounded segment cache
 //	chat.go, jsonvalue.go   chat templates, vLLM message/tool normalization, Anthropic
 //	tojson.go               request values → template values; Python json.dumps tojson
 //	service.go, remote.go   per-model path chains, worker /tokenize, health, metrics
+//	shadow.go               sampled shadow check of local ids against the picked worker
 //	testdata/gen            reference generator (make tokenizer-goldens)
 //
 // # Chat rendering

@@ -51,6 +51,18 @@ func TestExactness(t *testing.T) {
 					}
 				}
 			}
+			if len(g.MoreTexts) > len(corpus.MoreTexts) {
+				t.Fatalf("golden has %d more_texts, corpus %d", len(g.MoreTexts), len(corpus.MoreTexts))
+			}
+			for i, want := range g.MoreTexts {
+				text := corpus.MoreTexts[i].Text
+				if got := m.EncodeText(text, true); firstDiff(got, want.Special) >= 0 {
+					t.Errorf("more text %s (add_special_tokens=true): first difference at %d\n got %v\nwant %v", want.Name, firstDiff(got, want.Special), got, want.Special)
+				}
+				if got := m.EncodeText(text, false); firstDiff(got, want.Plain) >= 0 {
+					t.Errorf("more text %s: first difference at %d\n got %v\nwant %v", want.Name, firstDiff(got, want.Plain), got, want.Plain)
+				}
+			}
 			for _, want := range g.Long {
 				b, err := os.ReadFile(filepath.Join("testdata", want.Name))
 				if err != nil {

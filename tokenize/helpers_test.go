@@ -11,7 +11,8 @@ import (
 )
 
 // families are the model families whose exactness is checked against goldens.
-var families = []string{"qwen3", "llama3", "llama3_1", "deepseek_v3", "gptoss"}
+// gemma3 and llama2 are SentencePiece-style BPE (byte_fallback, ▁).
+var families = []string{"qwen3", "llama3", "llama3_1", "deepseek_v3", "gptoss", "gemma3", "llama2"}
 
 // tokenizersDir is where scripts/fetch-tokenizers.sh puts the real tokenizer files.
 func tokenizersDir() string { return filepath.Join("..", ".cache", "tokenizers") }
@@ -50,6 +51,10 @@ type corpusFile struct {
 		Name string `json:"name"`
 		Text string `json:"text"`
 	} `json:"texts"`
+	MoreTexts []struct {
+		Name string `json:"name"`
+		Text string `json:"text"`
+	} `json:"more_texts"`
 	Long  []string `json:"long"`
 	Chats []struct {
 		Name    string          `json:"name"`
@@ -64,6 +69,12 @@ type goldenFile struct {
 		Special []uint32 `json:"special"`
 		Plain   []uint32 `json:"plain"`
 	} `json:"texts"`
+	// MoreTexts are corpus.json's more_texts (absent from goldens written before it).
+	MoreTexts []struct {
+		Name    string   `json:"name"`
+		Special []uint32 `json:"special"`
+		Plain   []uint32 `json:"plain"`
+	} `json:"more_texts"`
 	Long []struct {
 		Name   string   `json:"name"`
 		Count  int      `json:"count"`

@@ -45,6 +45,7 @@ type tokenizerJSON struct {
 		ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
 		EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
 		ByteFallback            bool            `json:"byte_fallback"`
+		FuseUnk                 bool            `json:"fuse_unk"`
 		IgnoreMerges            bool            `json:"ignore_merges"`
 		Vocab                   json.RawMessage `json:"vocab"`
 		Merges                  json.RawMessage `json:"merges"`
@@ -84,15 +85,36 @@ func fileExists(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// buildBPE checks that the model is a byte-level BPE this package computes exactly and
-// builds the merge table.
-func buildBPE(t *tokenizerJSON) (*bpe, error) {
+// usesByteLevel reports whether a pre_tokenizer has a ByteLevel component: such a
+// tokenizer is byte-level BPE; one without is SentencePiece-style (sentencepiece.go).
+func usesByteLevel(raw json.RawMessage) bool {
+	var t struct {
+		Type          string            `json:"type"`
+		PreTokenizers []json.RawMessage `json:"pretokenizers"`
+	}
+	if json.Unmarshal(raw, &t) != nil {
+		return false
+	}
+	if t.Type == "ByteLevel" {
+		return true
+	}
+	for _, p := range t.PreTokenizers {
+		if usesByteLevel(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// buildBPE checks that the model is a BPE this package computes exactly (byte-level,
+// or SentencePiece-style when sentencePiece) and builds the merge table.
+func buildBPE(t *tokenizerJSON, sentencePiece bool) (*bpe, error) {
 	m := &t.Model
 	switch {
 	case m.Type != "BPE":
-		return nil, fmt.Errorf("%w: model type %q (only byte-level BPE)", ErrUnsupported, m.Type)
-	case m.ByteFallback:
-		return nil, fmt.Errorf("%w: BPE with byte_fallback (SentencePiece-style, e.g. Gemma)", ErrUnsupported)
+		return nil, fmt.Errorf("%w: model type %q (only BPE)", ErrUnsupported, m.Type)
+	case m.ByteFallback && !sentencePiece:
+		return nil, fmt.Errorf("%w: byte-level BPE with byte_fallback", ErrUnsupported)
 	case m.Dropout != nil && *m.Dropout != 0:
 		return nil, fmt.Errorf("%w: BPE dropout", ErrUnsupported)
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "",
@@ -103,7 +125,23 @@ func buildBPE(t *tokenizerJSON) (*bpe, error) {
 	if err := scanVocab(m.Vocab, func(tok string, id uint32) { vocab[tok] = id }); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	b := &bpe{words: make(map[string]uint32, len(vocab)), ignoreMerges: m.IgnoreMerges}
+	b := &bpe{ignoreMerges: m.IgnoreMerges}
+	if sentencePiece {
+		if err := buildSPVocab(b, vocab, m.UnkToken, m.ByteFallback, m.FuseUnk); err != nil {
+			return nil, err
+		}
+	} else if err := buildByteLevelVocab(b, vocab); err != nil {
+		return nil, err
+	}
+	if err := buildMerges(b, m.Merges, vocab); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// buildByteLevelVocab fills the byte-level lookup tables of b.
+func buildByteLevelVocab(b *bpe, vocab map[string]uint32) error {
+	b.words = make(map[string]uint32, len(vocab))
 	for tok, id := range vocab {
 		raw, ok := decodeByteLevel(tok)
 		if !ok {
@@ -114,13 +152,18 @@ func buildBPE(t *tokenizerJSON) (*bpe, error) {
 	for c := 0; c < 256; c++ {
 		id, ok := b.words[string([]byte{byte(c)})]
 		if !ok {
-			return nil, fmt.Errorf("%w: vocabulary lacks the byte-level token for byte 0x%02x", ErrUnsupported, c)
+			return fmt.Errorf("%w: vocabulary lacks the byte-level token for byte 0x%02x", ErrUnsupported, c)
 		}
 		b.byteID[c] = id
 	}
+	return nil
+}
+
+// buildMerges fills b's pair table from the merges list; rank = list position.
+func buildMerges(b *bpe, raw json.RawMessage, vocab map[string]uint32) error {
 	var merges [][3]uint32 // left, right, merged; index = rank
 	var buf []byte
-	err := scanMerges(m.Merges, func(x, y string) error {
+	err := scanMerges(raw, func(x, y string) error {
 		a, ok1 := vocab[x]
 		c, ok2 := vocab[y]
 		buf = append(append(buf[:0], x...), y...)
@@ -135,13 +178,13 @@ func buildBPE(t *tokenizerJSON) (*bpe, error) {
 		if !errors.Is(err, ErrUnsupported) {
 			err = fmt.Errorf("%w: %v", ErrUnsupported, err)
 		}
-		return nil, err
+		return err
 	}
 	b.pairs = newPairTable(len(merges))
 	for rank, mg := range merges {
 		b.pairs.put(mg[0], mg[1], uint64(rank)<<32|uint64(mg[2]))
 	}
-	return b, nil
+	return nil
 }
 
 // typed is the "type" field every tokenizer.json component has.

@@ -144,17 +144,14 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// TestGemmaUnsupported: Gemma 3 is SentencePiece-style BPE (byte_fallback), not
-// byte-level; it must fail loudly, not produce wrong ids.
-func TestGemmaUnsupported(t *testing.T) {
-	dir := filepath.Join(tokenizersDir(), "gemma3")
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s missing under CI (make test fetches it)", dir)
-		}
-		t.Skipf("%s missing: run make tokenizers", dir)
+// TestGemmaLoads: Gemma 3 (SentencePiece-style BPE, byte_fallback) loads with its chat
+// template; its ids are checked against the goldens in TestExactness.
+func TestGemmaLoads(t *testing.T) {
+	m := loadFamily(t, "gemma3")
+	if err := m.ChatError(); err != nil {
+		t.Errorf("gemma3 chat template: %v", err)
 	}
-	if _, err := LoadModel(dir, Options{}); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("gemma3: %v, want ErrUnsupported", err)
+	if m.bpe.sp == nil || m.sp == nil {
+		t.Errorf("gemma3 loaded as byte-level BPE")
 	}
 }

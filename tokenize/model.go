@@ -20,7 +20,8 @@ type Model struct {
 	Class string // tokenizer_config.json tokenizer_class, e.g. "Qwen2Tokenizer"
 
 	bpe   *bpe
-	pre   *preTokenizer
+	pre   *preTokenizer // byte-level models
+	sp    *spText       // SentencePiece-style models (normalizer + Metaspace)
 	nfc   bool
 	post  postProcessor
 	raw   addedTokens // added tokens matched on raw text (normalized: false)
@@ -69,14 +70,22 @@ func LoadModel(dir string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("tokenize: %s/tokenizer.json: %w", d, err)
 	}
 	m := &Model{Dir: d, names: map[uint32]string{}, specials: map[string]string{}}
-	if m.bpe, err = buildBPE(&t); err != nil {
+	sentencePiece := !usesByteLevel(t.PreTokenizer)
+	if m.bpe, err = buildBPE(&t, sentencePiece); err != nil {
 		return nil, fmt.Errorf("%s: %w", d, err)
 	}
-	if m.nfc, err = buildNormalizer(t.Normalizer); err != nil {
-		return nil, fmt.Errorf("%s: %w", d, err)
-	}
-	if m.pre, err = buildPreTokenizer(t.PreTokenizer); err != nil {
-		return nil, fmt.Errorf("%s: %w", d, err)
+	if sentencePiece {
+		if m.sp, err = buildSPText(t.Normalizer, t.PreTokenizer); err != nil {
+			return nil, fmt.Errorf("%s: %w", d, err)
+		}
+		m.nfc = m.sp.hasNFC()
+	} else {
+		if m.nfc, err = buildNormalizer(t.Normalizer); err != nil {
+			return nil, fmt.Errorf("%s: %w", d, err)
+		}
+		if m.pre, err = buildPreTokenizer(t.PreTokenizer); err != nil {
+			return nil, fmt.Errorf("%s: %w", d, err)
+		}
 	}
 	if err := buildPostProcessor(t.PostProcessor, &m.post); err != nil {
 		return nil, fmt.Errorf("%s: %w", d, err)
@@ -84,6 +93,9 @@ func LoadModel(dir string, opts Options) (*Model, error) {
 	for _, a := range t.AddedTokens {
 		if a.LStrip || a.RStrip || a.SingleWord {
 			return nil, fmt.Errorf("%s: %w: added token %q uses lstrip/rstrip/single_word", d, ErrUnsupported, a.Content)
+		}
+		if a.Normalized && m.sp != nil && m.sp.changesText() {
+			return nil, fmt.Errorf("%s: %w: added token %q is normalized by a Replace/Prepend normalizer", d, ErrUnsupported, a.Content)
 		}
 		if a.Normalized && m.nfc {
 			m.norm.add(norm.NFC.String(a.Content), a.ID)
@@ -261,6 +273,13 @@ func (m *Model) AppendText(dst []uint32, s string, addSpecial bool) []uint32 {
 	if addSpecial {
 		dst = append(dst, m.post.before...)
 	}
+	if m.sp != nil {
+		dst = m.appendSP(dst, s)
+		if addSpecial {
+			dst = append(dst, m.post.after...)
+		}
+		return dst
+	}
 	var buf [64]segment
 	for _, seg := range m.raw.split(buf[:0], s) {
 		if seg.special {
@@ -307,7 +326,45 @@ func (m *Model) appendSegment(dst []uint32, s string) []uint32 {
 	return m.encodeSegment(dst, s)
 }
 
+// appendSP is AppendText's loop for SentencePiece-style models: each text run between
+// added tokens is normalized (Replace, Prepend, NFC) and Metaspace-prefixed on its
+// own, as tokenizers normalizes every split of the added vocabulary separately.
+func (m *Model) appendSP(dst []uint32, s string) []uint32 {
+	var buf [64]segment
+	for i, seg := range m.raw.split(buf[:0], s) {
+		if seg.special {
+			dst = append(dst, seg.id)
+			continue
+		}
+		atStart := i == 0
+		if m.norm.root == nil {
+			dst = m.appendSegment(dst, m.sp.normalize(seg.text, atStart))
+			continue
+		}
+		// Only NFC normalizers get here (see LoadModel): split the NFC text.
+		text := seg.text
+		if m.nfc && !isASCII(text) {
+			text = norm.NFC.String(text)
+		}
+		var buf2 [16]segment
+		for j, s2 := range m.norm.split(buf2[:0], text) {
+			if s2.special {
+				dst = append(dst, s2.id)
+			} else {
+				dst = m.appendSegment(dst, m.sp.normalize(s2.text, atStart && j == 0))
+			}
+		}
+	}
+	return dst
+}
+
 func (m *Model) encodeSegment(dst []uint32, s string) []uint32 {
+	if m.sp != nil {
+		m.sp.words(s, func(w string) {
+			dst = m.bpe.encodeSPRun(dst, w)
+		})
+		return dst
+	}
 	m.pre.split(s, func(piece string) {
 		dst = m.bpe.encode(dst, piece)
 	})

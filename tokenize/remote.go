@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/kvroute/kvroute/request"
 )
@@ -25,24 +26,64 @@ type remoteAnswer struct {
 	Tokens []uint32 `json:"tokens"`
 }
 
+// remote asks the model's workers' /tokenize, in the order Addresses gives, skipping
+// workers in backoff: up to maxRemoteTries workers, each call bounded by
+// RemoteTimeout and all of them together by RemoteBudget. A client error (4xx) or
+// the caller's cancel ends the search: another worker would answer the same.
 func (s *Service) remote(ctx context.Context, st *modelState, req *request.Request) (Result, string) {
-	if s.address == nil {
+	if s.addrs == nil {
 		return Result{}, ReasonNoWorker
 	}
-	addr, ok := s.address(st.cfg.Name)
-	if !ok || addr == "" {
+	addrs := s.addrs(st.cfg.Name)
+	if len(addrs) == 0 {
 		return Result{}, ReasonNoWorker
+	}
+	bodies, err := remoteBodies(req)
+	if err != nil {
+		return Result{}, ReasonContent
 	}
 	timeout := st.cfg.RemoteTimeout
 	if timeout <= 0 {
 		timeout = DefaultRemoteTimeout
 	}
+	budget := st.cfg.RemoteBudget
+	if budget <= 0 {
+		budget = 2 * timeout
+	}
+	bctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	why, tried := ReasonBackoff, 0
+	for _, addr := range addrs {
+		if tried == maxRemoteTries {
+			break
+		}
+		if s.skipWorker(addr) {
+			continue
+		}
+		tried++
+		var res Result
+		res, why = s.remoteAt(bctx, addr, bodies, timeout)
+		s.workerOutcome(addr, why)
+		if why == "" {
+			return res, ""
+		}
+		if why == ReasonClient || why == ReasonCanceled {
+			break
+		}
+		if bctx.Err() != nil {
+			if ctx.Err() == nil {
+				why = ReasonTimeout // the budget is spent
+			}
+			break
+		}
+	}
+	return Result{}, why
+}
+
+// remoteAt tokenizes the request's bodies at one worker, each call bounded by timeout.
+func (s *Service) remoteAt(ctx context.Context, addr string, bodies [][]byte, timeout time.Duration) (Result, string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	bodies, err := remoteBodies(req)
-	if err != nil {
-		return Result{}, ReasonContent
-	}
 	var res Result
 	for i, body := range bodies {
 		ids, why := s.callTokenize(ctx, addr, body)
@@ -133,6 +174,9 @@ func (s *Service) callTokenize(ctx context.Context, addr string, body []byte) ([
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		if clientStatus(resp.StatusCode) {
+			return nil, ReasonClient
+		}
 		return nil, ReasonHTTP
 	}
 	var a remoteAnswer
@@ -146,4 +190,15 @@ func (s *Service) callTokenize(ctx context.Context, addr string, body []byte) ([
 		return nil, ReasonDecode
 	}
 	return a.Tokens, ""
+}
+
+// clientStatus reports whether a /tokenize status is the request's fault: 4xx, except
+// 404 and 405 (the worker has no such route: not vLLM, or an older one), 408 and 429
+// (the worker is slow or overloaded), which count against the worker.
+func clientStatus(code int) bool {
+	switch code {
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return code >= 400 && code < 500
 }

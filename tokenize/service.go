@@ -27,6 +27,9 @@ type ModelConfig struct {
 	// RemoteTimeout bounds one call to the worker's /tokenize. 0 means
 	// DefaultRemoteTimeout.
 	RemoteTimeout time.Duration
+	// RemoteBudget bounds the time one request spends on the remote path in all,
+	// over every worker tried (up to maxRemoteTries). 0 means twice RemoteTimeout.
+	RemoteBudget time.Duration
 	// Model is a tokenizer already loaded (tests, the simulator); it takes precedence
 	// over Tokenizer.
 	Model *Model
@@ -41,26 +44,42 @@ const DefaultRemoteTimeout = 250 * time.Millisecond
 // ServiceOptions build a Service.
 type ServiceOptions struct {
 	Models []ModelConfig
-	// Address returns a worker address ("ip:port") serving model, for the remote path;
-	// ok false when none is available. nil disables the remote path.
+	// Addresses returns the addresses ("ip:port") of the healthy workers serving model,
+	// in the order the remote path should try them (callers rotate it to spread the
+	// load). It takes precedence over Address.
+	Addresses func(model string) []string
+	// Address returns one worker address serving model; ok false when none is
+	// available. Used when Addresses is nil (one worker per request, no second try).
+	// Both nil disable the remote path.
 	Address func(model string) (addr string, ok bool)
 	Client  *http.Client      // nil: a client with no overall timeout (each call has its own)
 	Metrics *metrics.Tokenize // nil: metrics.NewUnregistered().Tokenize
 	Logger  *slog.Logger      // nil: slog.Default()
 	Now     func() time.Time  // nil: time.Now
 	Load    Options           // options for the models NewService loads
-	// RemoteBackoff is how long a model skips its remote path after
-	// remoteFailureStreak consecutive remote failures (workers without /tokenize, or
-	// down), so that such a deployment does not pay a failing round trip per request.
-	// 0 means DefaultRemoteBackoff; negative disables the backoff.
+	// RemoteBackoff is how long the remote path skips a worker after
+	// remoteFailureStreak consecutive failures of that worker (no /tokenize, down,
+	// hung), so that it does not cost a failing round trip per request; the other
+	// workers are asked meanwhile. Client errors (4xx) do not count. 0 means
+	// DefaultRemoteBackoff; negative disables the backoff.
 	RemoteBackoff time.Duration
+	// Shadow configures the shadow check of local ids against the picked worker's
+	// /tokenize (shadow.go).
+	Shadow ShadowOptions
 }
 
 // DefaultRemoteBackoff is ServiceOptions.RemoteBackoff's default.
 const DefaultRemoteBackoff = 5 * time.Second
 
-// remoteFailureStreak consecutive remote failures start a backoff.
+// remoteFailureStreak consecutive failures of one worker start its backoff.
 const remoteFailureStreak = 3
+
+// maxRemoteTries is how many workers one request's remote path asks at most.
+const maxRemoteTries = 3
+
+// maxTrackedWorkers bounds the per-worker remote state (addresses come from the
+// registry; past the bound the state of workers not seen lately is dropped).
+const maxTrackedWorkers = 4096
 
 // Service implements Tokenizer over per-model path chains: the request's own token ids
 // (PathGiven), then the configured paths in order, then PathNone with a Degraded
@@ -74,6 +93,22 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	backoff time.Duration
+	addrs   func(string) []string
+
+	wmu     sync.Mutex // guards workers
+	workers map[string]*remoteWorker
+
+	shadowOpt ShadowOptions
+	smu       sync.Mutex // guards every modelState.shadow
+	shadowSem chan struct{}
+	shadowWG  sync.WaitGroup
+}
+
+// remoteWorker is one worker's remote tokenization record: streak counts its
+// consecutive failures; at remoteFailureStreak it is skipped until skipUntil.
+type remoteWorker struct {
+	streak    int
+	skipUntil time.Time
 }
 
 type modelState struct {
@@ -82,13 +117,10 @@ type modelState struct {
 	loadErr error
 	paths   []Path
 
-	mu      sync.Mutex // guards health, lastMod, streak and skipUntil
+	mu      sync.Mutex // guards health and lastMod
 	health  map[Path]*PathHealth
 	lastMod CacheStats
-	// streak counts consecutive remote failures; at remoteFailureStreak the remote
-	// path is skipped until skipUntil.
-	streak    int
-	skipUntil time.Time
+	shadow  shadowState // guarded by Service.smu
 }
 
 // PathHealth is one path's record for one model, as shown by /debug/tokenize.
@@ -111,6 +143,7 @@ type ModelHealth struct {
 	Chat      string       `json:"chat_template"` // "ok" or why chat requests cannot be rendered locally
 	Paths     []PathHealth `json:"paths"`
 	Cache     CacheStats   `json:"cache"`
+	Shadow    ShadowHealth `json:"shadow"`
 }
 
 // Failure reasons (label values of kvroute_tokenize_failures_total and, for the last
@@ -128,7 +161,14 @@ const (
 	ReasonUnknown     = "unknown_model" // the request names a model with no configuration
 	ReasonNoPath      = "no_path"       // the model has no path configured
 	ReasonCanceled    = "canceled"
-	ReasonBackoff     = "backoff" // remote path skipped after repeated failures
+	ReasonBackoff     = "backoff" // every worker skipped after repeated failures
+	// ReasonClient: the worker answered 4xx (the request's fault, e.g. a chat its
+	// template refuses; 404, 405, 408 and 429 excepted). No backoff, no other worker:
+	// the request is routed on load and the worker gives the client its own answer.
+	ReasonClient = "client_error"
+	// ReasonShadow: the local path is switched off because the shadow check found
+	// too many mismatches with the workers' /tokenize (until restart or reset).
+	ReasonShadow = "shadow_mismatch"
 )
 
 // NewService loads every configured model's tokenizer and returns the service. Load
@@ -136,7 +176,18 @@ const (
 // the model uses its other paths. Validation errors (an unknown path name) do.
 func NewService(opts ServiceOptions) (*Service, error) {
 	s := &Service{models: map[string]*modelState{}, address: opts.Address, client: opts.Client,
-		m: opts.Metrics, log: opts.Logger, now: opts.Now, backoff: opts.RemoteBackoff}
+		m: opts.Metrics, log: opts.Logger, now: opts.Now, backoff: opts.RemoteBackoff,
+		addrs: opts.Addresses, workers: map[string]*remoteWorker{}, shadowOpt: opts.Shadow}
+	s.shadowOpt.defaults()
+	s.shadowSem = make(chan struct{}, s.shadowOpt.Concurrency)
+	if s.addrs == nil && s.address != nil {
+		s.addrs = func(model string) []string {
+			if a, ok := s.address(model); ok && a != "" {
+				return []string{a}
+			}
+			return nil
+		}
+	}
 	if s.backoff == 0 {
 		s.backoff = DefaultRemoteBackoff
 	}
@@ -204,8 +255,8 @@ func NewService(opts ServiceOptions) (*Service, error) {
 			}
 		}
 		if h := st.health[PathRemote]; h != nil {
-			h.Available = s.address != nil
-			if s.address == nil {
+			h.Available = s.addrs != nil
+			if s.addrs == nil {
 				h.Detail = "no worker address function"
 			}
 		}
@@ -216,6 +267,8 @@ func NewService(opts ServiceOptions) (*Service, error) {
 				chat = 1
 			}
 		}
+		st.shadow.h = ShadowHealth{Enabled: s.shadowOpt.Fraction >= 0 && st.model != nil && st.health[PathLocal] != nil, LastDiffPos: -1}
+		s.m.ShadowRemote.WithLabelValues(mc.Name).Set(0)
 		s.m.LocalAvailable.WithLabelValues(mc.Name).Set(avail)
 		s.m.ChatTemplateUse.WithLabelValues(mc.Name).Set(chat)
 		s.models[mc.Name] = st
@@ -258,14 +311,13 @@ func (s *Service) Tokenize(ctx context.Context, req *request.Request) (Result, e
 		var why string
 		switch p {
 		case PathLocal:
-			res, why = s.local(st, req)
-		case PathRemote:
-			if s.skipRemote(st) {
-				why = ReasonBackoff
+			if s.shadowRemote(st) {
+				why = ReasonShadow
 			} else {
-				res, why = s.remote(ctx, st, req)
-				s.remoteOutcome(st, why)
+				res, why = s.local(st, req)
 			}
+		case PathRemote:
+			res, why = s.remote(ctx, st, req)
 		}
 		s.m.Duration.WithLabelValues(string(p)).Observe(s.now().Sub(start).Seconds())
 		if p == PathLocal {
@@ -291,30 +343,49 @@ func (s *Service) Tokenize(ctx context.Context, req *request.Request) (Result, e
 	return Result{Path: PathNone, Degraded: reason}, nil
 }
 
-// skipRemote reports whether the model's remote path is in backoff.
-func (s *Service) skipRemote(st *modelState) bool {
+// skipWorker reports whether the worker at addr is in remote backoff.
+func (s *Service) skipWorker(addr string) bool {
 	if s.backoff < 0 {
 		return false
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return s.now().Before(st.skipUntil)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	w := s.workers[addr]
+	return w != nil && s.now().Before(w.skipUntil)
 }
 
-// remoteOutcome tracks consecutive remote failures caused by the worker (not by the
-// request or the caller) and starts a backoff after remoteFailureStreak of them.
-func (s *Service) remoteOutcome(st *modelState, why string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+// workerOutcome tracks a worker's consecutive failures caused by the worker (not by
+// the request or the caller) and starts its backoff after remoteFailureStreak.
+func (s *Service) workerOutcome(addr, why string) {
+	fault := false
 	switch why {
 	case "":
-		st.streak = 0
-	case ReasonTimeout, ReasonTransport, ReasonHTTP, ReasonDecode, ReasonNoWorker:
-		st.streak++
-		if st.streak >= remoteFailureStreak && s.backoff > 0 {
-			st.skipUntil = s.now().Add(s.backoff)
-			st.streak = 0
+	case ReasonTimeout, ReasonTransport, ReasonHTTP, ReasonDecode:
+		fault = true
+	default: // client_error, canceled: the request's or the caller's doing
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	w := s.workers[addr]
+	if w == nil {
+		if !fault {
+			return
 		}
+		if len(s.workers) >= maxTrackedWorkers {
+			clear(s.workers)
+		}
+		w = &remoteWorker{}
+		s.workers[addr] = w
+	}
+	if !fault {
+		w.streak = 0
+		return
+	}
+	w.streak++
+	if w.streak >= remoteFailureStreak && s.backoff > 0 {
+		w.skipUntil = s.now().Add(s.backoff)
+		w.streak = 0
 	}
 }
 
@@ -436,7 +507,38 @@ func (s *Service) Health() []ModelHealth {
 			mh.Paths = append(mh.Paths, *st.health[p])
 		}
 		st.mu.Unlock()
+		s.smu.Lock()
+		mh.Shadow = st.shadow.h
+		s.smu.Unlock()
 		out = append(out, mh)
 	}
+	return out
+}
+
+// RemoteWorkerHealth is one worker's remote tokenization record, as /debug/tokenize
+// shows it: workers that failed lately (a worker with nothing to report is absent).
+type RemoteWorkerHealth struct {
+	Address string `json:"address"`
+	// Streak is the count of consecutive failures (timeout, connection, 5xx, bad
+	// answer); at 3 the worker is skipped until SkipUntil.
+	Streak    int       `json:"failure_streak"`
+	SkipUntil time.Time `json:"skipped_until,omitzero"`
+	Skipped   bool      `json:"skipped"`
+}
+
+// RemoteWorkers returns the workers with a remote failure record, sorted by address.
+func (s *Service) RemoteWorkers() []RemoteWorkerHealth {
+	now := s.now()
+	s.wmu.Lock()
+	out := make([]RemoteWorkerHealth, 0, len(s.workers))
+	for addr, w := range s.workers {
+		if w.streak == 0 && !now.Before(w.skipUntil) {
+			continue
+		}
+		out = append(out, RemoteWorkerHealth{Address: addr, Streak: w.streak, SkipUntil: w.skipUntil,
+			Skipped: s.backoff > 0 && now.Before(w.skipUntil)})
+	}
+	s.wmu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
 	return out
 }

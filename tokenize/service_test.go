@@ -50,6 +50,8 @@ func newFakeWorker(t *testing.T) *fakeWorker {
 		switch f.mode.Load().(string) {
 		case "500":
 			http.Error(w, `{"error":"boom"}`, http.StatusInternalServerError)
+		case "400":
+			http.Error(w, `{"error":{"message":"Conversation roles must alternate","type":"BadRequestError","code":400}}`, http.StatusBadRequest)
 		case "hang":
 			select {
 			case f.hung <- struct{}{}:
@@ -320,5 +322,95 @@ func TestRemoteBackoff(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(ms.Failures.WithLabelValues("m", "remote", ReasonBackoff)); got != 1 {
 		t.Errorf("failures{remote,backoff} = %v, want 1", got)
+	}
+}
+
+// TestRemoteClientError (issue 11 item 12): a 4xx from a worker's /tokenize is the
+// request's fault (e.g. a chat the template refuses): the request is degraded with
+// reason client_error, no other worker is asked, and no backoff starts, so the next
+// requests still use the remote path. Before, three 400s put the model's remote path
+// in backoff.
+func TestRemoteClientError(t *testing.T) {
+	w1, w2 := newFakeWorker(t), newFakeWorker(t)
+	w1.mode.Store("400")
+	w2.mode.Store("400")
+	ms := metrics.NewUnregistered().Tokenize
+	var n atomic.Int64
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Paths: []Path{PathRemote}}},
+		Address: func(string) (string, bool) {
+			if n.Add(1)%2 == 0 {
+				return w2.addr(), true
+			}
+			return w1.addr(), true
+		}, Metrics: ms, RemoteBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		res, _ := s.Tokenize(context.Background(), chatReq("m"))
+		if res.Path != PathNone || res.Degraded != "remote_"+ReasonClient {
+			t.Errorf("request %d: %+v, want degraded remote_client_error", i, res)
+		}
+	}
+	if got := w1.calls.Load() + w2.calls.Load(); got != 5 {
+		t.Errorf("workers asked %d times for 5 requests, want 5 (no backoff, no second worker for a client error)", got)
+	}
+	w1.mode.Store("ok")
+	w2.mode.Store("ok")
+	if res, _ := s.Tokenize(context.Background(), chatReq("m")); res.Path != PathRemote {
+		t.Errorf("after client errors: %+v, want the remote path", res)
+	}
+}
+
+// TestShadowRateCap: the shadow check is capped per model (a token bucket of
+// MaxPerSecond, burst of one second's worth), off when Fraction is negative, and only
+// checks requests the local path served.
+func TestShadowRateCap(t *testing.T) {
+	w := newFakeWorker(t) // answers [1 2 3 4]
+	now := time.Unix(1000, 0)
+	ms := metrics.NewUnregistered().Tokenize
+	dir := t.TempDir()
+	writeTiny(t, dir, nil)
+	m, err := LoadModel(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Model: m}}, Metrics: ms,
+		Address: func(string) (string, bool) { return w.addr(), true },
+		Now:     func() time.Time { return now }, Shadow: ShadowOptions{Fraction: 1, MaxPerSecond: 2, Concurrency: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := chatReq("m")
+	for range 10 {
+		s.Shadow(req, PathLocal, []uint32{1, 2, 3, 4}, w.addr())
+	}
+	s.Shadow(req, PathRemote, []uint32{1, 2, 3, 4}, w.addr()) // not a local result: never checked
+	s.WaitShadow()
+	if got := testutil.ToFloat64(ms.ShadowChecks.WithLabelValues("m", ShadowMatch)); got != 2 {
+		t.Errorf("10 requests at one instant with max_per_second 2: %v checks, want 2", got)
+	}
+	now = now.Add(time.Second)
+	for range 10 {
+		s.Shadow(req, PathLocal, []uint32{1, 2, 3, 9}, w.addr())
+	}
+	s.WaitShadow()
+	if got := testutil.ToFloat64(ms.ShadowChecks.WithLabelValues("m", ShadowMismatch)); got != 2 {
+		t.Errorf("one second later: %v mismatches, want 2", got)
+	}
+	if h := s.Health()[0].Shadow; h.Remote || h.LastDiffPos != 3 {
+		t.Errorf("2 mismatches of 4 checks (min_checks 20): %+v, want not switched, diff at 3", h)
+	}
+
+	off, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "m", Model: m}}, Metrics: metrics.NewUnregistered().Tokenize,
+		Address: func(string) (string, bool) { return w.addr(), true }, Shadow: ShadowOptions{Fraction: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := w.calls.Load()
+	off.Shadow(req, PathLocal, []uint32{1}, w.addr())
+	off.WaitShadow()
+	if w.calls.Load() != before || off.Health()[0].Shadow.Enabled {
+		t.Errorf("fraction -1: the worker was asked (%d calls) or the check shows enabled", w.calls.Load()-before)
 	}
 }

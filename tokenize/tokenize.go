@@ -37,6 +37,14 @@ type Tokenizer interface {
 	Tokenize(ctx context.Context, req *request.Request) (Result, error)
 }
 
+// Shadower is a Tokenizer that can check the ids its local path produced against the
+// worker picked for the request (Service: the shadow check, shadow.go). The router
+// calls Shadow after booking; it must return at once and not keep tokens' owner
+// waiting (the check runs off the request path).
+type Shadower interface {
+	Shadow(req *request.Request, path Path, tokens []uint32, workerAddress string)
+}
+
 // GivenOnly uses token ids the request already carries and reports every other request
 // as degraded. It is the fallback when no model has a tokenizer configured.
 type GivenOnly struct{}

@@ -32,6 +32,7 @@ const (
 	metricRunning     = "vllm:num_requests_running"
 	metricKVUsage     = "vllm:kv_cache_usage_perc"
 	metricKVUsageOld  = "vllm:gpu_cache_usage_perc"
+	metricStart       = "process_start_time_seconds"
 	maxScrapeBodySize = 16 << 20
 )
 
@@ -75,6 +76,9 @@ func ParseLoad(r io.Reader) (Load, error) {
 	if !found {
 		return Load{}, ErrNoVLLMSeries
 	}
+	if f := fams[metricStart]; f != nil && len(f.GetMetric()) > 0 {
+		l.ProcessStart = value(f.GetMetric()[0])
+	}
 	return l, nil
 }
 
@@ -101,6 +105,10 @@ type ScrapeOptions struct {
 	Now                     func() time.Time // nil → time.Now (stamps Load.ScrapedAt)
 	Metrics                 *metrics.Scoring // nil → none
 	Logger                  *slog.Logger     // nil → slog.Default()
+	// OnRestart, when set, is called with a worker's name when its process_start_time_seconds
+	// changed between two successful scrapes (the worker restarted: its KV cache is
+	// empty), before the scrape's load and health are recorded.
+	OnRestart func(worker string)
 }
 
 // Scraper polls every registered worker's vLLM GET http://<address>/metrics and
@@ -109,8 +117,9 @@ type Scraper struct {
 	reg *Registry
 	o   ScrapeOptions
 
-	mu    sync.Mutex     // guards fails
-	fails map[string]int // worker → consecutive failures
+	mu     sync.Mutex         // guards fails, starts
+	fails  map[string]int     // worker → consecutive failures
+	starts map[string]float64 // worker → last process_start_time_seconds seen
 }
 
 // NewScraper returns a scraper over reg; nothing runs until Run or ScrapeOnce.
@@ -133,7 +142,7 @@ func NewScraper(reg *Registry, o ScrapeOptions) *Scraper {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Scraper{reg: reg, o: o, fails: map[string]int{}}
+	return &Scraper{reg: reg, o: o, fails: map[string]int{}, starts: map[string]float64{}}
 }
 
 // Run scrapes every Interval until ctx is cancelled, then returns (after the round in
@@ -171,6 +180,11 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	for name := range s.fails {
 		if !live[name] {
 			delete(s.fails, name)
+		}
+	}
+	for name := range s.starts {
+		if !live[name] {
+			delete(s.starts, name)
 		}
 	}
 	s.mu.Unlock()
@@ -213,6 +227,16 @@ func (s *Scraper) scrapeWorker(ctx context.Context, w *Worker) {
 			}
 		}
 		return
+	}
+	if l.ProcessStart != 0 {
+		s.mu.Lock()
+		prev := s.starts[w.Name]
+		s.starts[w.Name] = l.ProcessStart
+		s.mu.Unlock()
+		if prev != 0 && prev != l.ProcessStart && s.o.OnRestart != nil {
+			s.o.Logger.Info("worker restarted (process start time changed)", "worker", w.Name)
+			s.o.OnRestart(w.Name)
+		}
 	}
 	l.ScrapedAt = s.o.Now()
 	s.reg.SetLoad(w.Name, l)

@@ -160,3 +160,41 @@ func ioNopCloser(s string) *nopBody { return &nopBody{strings.NewReader(s)} }
 type nopBody struct{ *strings.Reader }
 
 func (nopBody) Close() error { return nil }
+
+// Issue 10 item 15: a changed process_start_time_seconds is a restart, reported before
+// the scrape marks the worker healthy (so that its stale KV index is dropped first).
+func TestScraperReportsRestart(t *testing.T) {
+	f := newFakeVLLM(t)
+	body := func(start string) string { return vllmMetrics + "process_start_time_seconds " + start + "\n" }
+	f.body.Store(body("1.7e9"))
+	reg := NewRegistry()
+	reg.Set([]*Worker{{Name: "w", Address: f.addr()}})
+	var restarts []string
+	var healthyAtRestart []bool
+	s := NewScraper(reg, ScrapeOptions{OnRestart: func(w string) {
+		restarts = append(restarts, w)
+		healthyAtRestart = append(healthyAtRestart, reg.Healthy(w))
+	}})
+	ctx := context.Background()
+	s.ScrapeOnce(ctx)
+	s.ScrapeOnce(ctx)
+	if len(restarts) != 0 || reg.Load("w").ProcessStart != 1.7e9 {
+		t.Fatalf("no restart yet: %v, load %+v", restarts, reg.Load("w"))
+	}
+	reg.SetHealthy("w", false) // e.g. the proxy saw it refuse connections
+	f.body.Store(body("1.7000001e9"))
+	s.ScrapeOnce(ctx)
+	if len(restarts) != 1 || restarts[0] != "w" {
+		t.Fatalf("restarts %v, want [w]", restarts)
+	}
+	if healthyAtRestart[0] {
+		t.Fatal("OnRestart must run before the scrape marks the worker healthy again")
+	}
+	if !reg.Healthy("w") {
+		t.Fatal("the successful scrape marks it healthy")
+	}
+	s.ScrapeOnce(ctx)
+	if len(restarts) != 1 {
+		t.Fatalf("restarts %v: the same start time again is no restart", restarts)
+	}
+}

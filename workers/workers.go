@@ -56,6 +56,10 @@ type Load struct {
 	Running   float64   `json:"running"`    // vllm:num_requests_running
 	KVUsage   float64   `json:"kv_usage"`   // vllm:kv_cache_usage_perc, 0..1
 	ScrapedAt time.Time `json:"scraped_at"` // zero if never scraped
+	// ProcessStart is the server process's process_start_time_seconds (Unix seconds;
+	// prometheus_client's process collector, in vLLM's /metrics with one API server);
+	// 0 when not exported. A change means the worker restarted.
+	ProcessStart float64 `json:"process_start,omitempty"`
 }
 
 // Registry is the current set of workers. Safe for concurrent use.
@@ -245,4 +249,14 @@ func (r *Registry) Load(name string) Load {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.load[name]
+}
+
+// Loads appends the load of each of ws to dst (one lock for all: the request path).
+func (r *Registry) Loads(ws []*Worker, dst []Load) []Load {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, w := range ws {
+		dst = append(dst, r.load[w.Name])
+	}
+	return dst
 }

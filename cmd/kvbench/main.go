@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,6 +80,16 @@ func run(args []string) error {
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (terminal only), always, never")
 	keep := fs.Bool("keep-results", false, "include per-request results in report.json")
 	lf := addLoadFlags(fs)
+	speedsFlag := fs.String("worker-speeds", "", "virtual: true speed factor per worker, e.g. 1,1,2,3 (step time ÷ factor; missing = 1)")
+	var slowFlags multi
+	fs.Var(&slowFlags, "slow", "virtual: W:AT:F makes worker W (0-based) F times slower from AT, e.g. 0:2m:3 (repeatable)")
+	knownSpeeds := fs.Bool("known-speeds", false, "virtual: the registry's worker profiles carry the true speeds (default: all configured alike)")
+	nseeds := fs.Int("seeds", 1, "run seeds seed..seed+N-1 and report mean ± sd per policy and load")
+	scoreboard := fs.Bool("scoreboard", false, "run the issue-12 scoreboard (every workload, all policies, several seeds) and write scoreboard.md")
+	rowsFlag := fs.String("rows", "", "scoreboard: only rows whose key matches this regular expression")
+	traceSeeds := fs.Int("trace-seeds", 1, "scoreboard: seeds of the Mooncake rows")
+	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "scoreboard: concurrent virtual runs")
+	doc := fs.String("doc", "", "scoreboard: markdown file whose section between the scoreboard markers is regenerated")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,15 +106,33 @@ func run(args []string) error {
 	if *numBlocks > 0 {
 		prof.NumBlocks = *numBlocks
 	}
-	var w *bench.Workload
-	switch *workload {
-	case "shared-prefix":
-		w = bench.SharedPrefix(bench.SharedPrefixOptions{Prefixes: *prefixes, PrefixTokens: *prefixTok, SuffixTokens: *suffixTok,
-			OutputTokens: *outputTok, Requests: *requests, Skew: *skew, Seed: *seed})
-	case "multi-turn":
-		w = bench.MultiTurn(bench.MultiTurnOptions{Conversations: *convs, Turns: *turns, SystemTokens: *sysTok, UserTokens: *userTok,
-			OutputTokens: *outputTok, Think: *think, Seed: *seed})
-	case "trace":
+	speeds, err := bench.ParseSpeeds(*speedsFlag)
+	if err != nil {
+		return err
+	}
+	var slows []bench.Slowdown
+	for _, sl := range slowFlags {
+		sd, err := bench.ParseSlowdown(sl)
+		if err != nil {
+			return err
+		}
+		slows = append(slows, sd)
+	}
+	if *scoreboard {
+		sbSeeds := 0 // each row's own seed count unless --seeds is given
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "seeds" {
+				sbSeeds = *nseeds
+			}
+		})
+		return runScoreboard(scoreboardArgs{trace: *tracePath, seeds: sbSeeds, traceSeeds: *traceSeeds, rows: *rowsFlag,
+			parallel: *parallel, policies: *policies, lag: *lag, out: *out, doc: *doc, args: args})
+	}
+	if *nseeds < 1 {
+		return fmt.Errorf("--seeds %d: want ≥ 1", *nseeds)
+	}
+	var traceW *bench.Workload
+	if *workload == "trace" {
 		if *tracePath == "" {
 			return errors.New("--workload trace needs --trace FILE")
 		}
@@ -110,7 +140,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		w, err = bench.ParseMooncake(f, bench.TraceOptions{Limit: *limit, Speed: *speed, MaxDuration: *maxDur})
+		traceW, err = bench.ParseMooncake(f, bench.TraceOptions{Limit: *limit, Speed: *speed, MaxDuration: *maxDur})
 		f.Close()
 		if err != nil {
 			return err
@@ -118,28 +148,52 @@ func run(args []string) error {
 		if !strings.Contains(*sweep, ":") && *arrivals == "poisson:1" {
 			*arrivals = "trace"
 		}
-	default:
-		return fmt.Errorf("unknown --workload %q", *workload)
 	}
-	var arrs []bench.Arrivals
-	if *sweep != "" {
-		kind, list, ok := strings.Cut(*sweep, ":")
-		if !ok {
-			return fmt.Errorf("--sweep %q: want KIND:V1,V2,...", *sweep)
+	build := func(seed uint64) (*bench.Workload, error) {
+		switch *workload {
+		case "shared-prefix":
+			return bench.SharedPrefix(bench.SharedPrefixOptions{Prefixes: *prefixes, PrefixTokens: *prefixTok, SuffixTokens: *suffixTok,
+				OutputTokens: *outputTok, Requests: *requests, Skew: *skew, Seed: seed}), nil
+		case "multi-turn":
+			return bench.MultiTurn(bench.MultiTurnOptions{Conversations: *convs, Turns: *turns, SystemTokens: *sysTok, UserTokens: *userTok,
+				OutputTokens: *outputTok, Think: *think, Seed: seed}), nil
+		case "trace":
+			return traceW, nil
 		}
-		for _, v := range strings.Split(list, ",") {
-			a, err := bench.ParseArrivals(kind+":"+v, *seed)
-			if err != nil {
-				return err
+		return nil, fmt.Errorf("unknown --workload %q", *workload)
+	}
+	w, err := build(*seed)
+	if err != nil {
+		return err
+	}
+	parseArrs := func(seed uint64) ([]bench.Arrivals, error) {
+		var arrs []bench.Arrivals
+		if *sweep != "" {
+			kind, list, ok := strings.Cut(*sweep, ":")
+			if !ok {
+				return nil, fmt.Errorf("--sweep %q: want KIND:V1,V2,...", *sweep)
 			}
-			arrs = append(arrs, a)
+			for _, v := range strings.Split(list, ",") {
+				a, err := bench.ParseArrivals(kind+":"+v, seed)
+				if err != nil {
+					return nil, err
+				}
+				arrs = append(arrs, a)
+			}
+			return arrs, nil
 		}
-	} else {
-		a, err := bench.ParseArrivals(*arrivals, *seed)
+		a, err := bench.ParseArrivals(*arrivals, seed)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		arrs = append(arrs, a)
+		return append(arrs, a), nil
+	}
+	arrs, err := parseArrs(*seed)
+	if err != nil {
+		return err
+	}
+	if (len(speeds) > 0 || len(slows) > 0) && len(targets) > 0 {
+		return errors.New("--worker-speeds and --slow apply to virtual runs only")
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
@@ -150,6 +204,7 @@ func run(args []string) error {
 	rep := &bench.Report{Workload: w.Name, Params: map[string]string{"seed": strconv.FormatUint(*seed, 10), "slo": slo.String(), "args": strings.Join(args, " ")}}
 	var points []bench.LoadPoint
 	var groups [][]bench.Summary
+	var extra []bench.Summary // seeds after the first
 	if len(targets) == 0 {
 		rep.Target = "virtual"
 		rep.Params["profile"], rep.Params["workers"] = prof.Name, strconv.Itoa(*nworkers)
@@ -157,24 +212,49 @@ func run(args []string) error {
 		if *policies != "all" {
 			names = strings.Split(*policies, ",")
 		}
-		for _, a := range arrs {
-			wl := a.Apply(w)
-			bound := bench.HitBound(wl, prof.BlockSize)
-			pooled := bench.HitBoundLRU(wl, prof.BlockSize, *nworkers*prof.NumBlocks)
-			var g []bench.Summary
-			for _, p := range names {
-				bar.Start(fmt.Sprintf("%s %s", a, p))
-				rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: *seed,
-					EventLag: *lag, Progress: bar.Update})
-				if err != nil {
+		if len(speeds) > 0 || len(slows) > 0 {
+			rep.Params["worker_speeds"], rep.Params["slow"] = *speedsFlag, slowFlags.String()
+			rep.Params["known_speeds"] = strconv.FormatBool(*knownSpeeds)
+		}
+		for k := 0; k < *nseeds; k++ {
+			sd := *seed + uint64(k)
+			sw, sarrs := w, arrs
+			if k > 0 {
+				if sw, err = build(sd); err != nil {
 					return err
 				}
-				s := bench.Summarize(p, a.String(), rs, *slo, bound, bench.WorkerNames(*nworkers))
-				s.HitPooled = pooled
-				g = append(g, s)
-				points = append(points, bench.LoadPoint{Load: a.Rate, S: s})
+				if sarrs, err = parseArrs(sd); err != nil {
+					return err
+				}
 			}
-			groups = append(groups, g)
+			for _, a := range sarrs {
+				wl := a.Apply(sw)
+				bound := bench.HitBound(wl, prof.BlockSize)
+				pooled := bench.HitBoundLRU(wl, prof.BlockSize, *nworkers*prof.NumBlocks)
+				var g []bench.Summary
+				for _, p := range names {
+					bar.Start(fmt.Sprintf("%s %s seed %d", a, p, sd))
+					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
+						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds})
+					if err != nil {
+						return err
+					}
+					s := bench.Summarize(p, a.String(), rs, *slo, bound, bench.WorkerNames(*nworkers))
+					s.HitPooled = pooled
+					if *nseeds > 1 {
+						s.Seed = sd
+					}
+					g = append(g, s)
+					if k == 0 {
+						points = append(points, bench.LoadPoint{Load: a.Rate, S: s})
+					}
+				}
+				if k == 0 {
+					groups = append(groups, g)
+				} else {
+					extra = append(extra, g...)
+				}
+			}
 		}
 	} else {
 		rep.Target = "http"
@@ -230,7 +310,16 @@ func run(args []string) error {
 		rep.Summaries = append(rep.Summaries, g...)
 	}
 	fmt.Printf("workload %s (%d requests), target %s, SLO TTFT ≤ %s\n", w.Name, len(w.Items), rep.Target, slo)
+	if *nseeds > 1 {
+		fmt.Printf("seed %d:\n", *seed)
+	}
 	rep.WriteTable(os.Stdout)
+	if *nseeds > 1 {
+		rep.Summaries = append(rep.Summaries, extra...)
+		rep.Seeds = bench.AggregateBySeeds(rep.Summaries)
+		fmt.Printf("\nmean ± sd over seeds %d..%d:\n", *seed, *seed+uint64(*nseeds)-1)
+		bench.WriteSeedTable(os.Stdout, rep.Seeds)
+	}
 	if err := rep.WriteJSON(filepath.Join(*out, "report.json"), *keep); err != nil {
 		return err
 	}
@@ -308,6 +397,74 @@ func resetCaches(ctx context.Context, c *http.Client, urls []string) error {
 		if !ok {
 			return fmt.Errorf("reset prefix cache of %s: %s", u, last)
 		}
+	}
+	return nil
+}
+
+type scoreboardArgs struct {
+	trace             string
+	seeds, traceSeeds int
+	rows              string
+	parallel          int
+	policies          string
+	lag               time.Duration
+	out, doc          string
+	args              []string
+}
+
+// runScoreboard runs bench.ScoreboardRows, prints the scoreboard, writes it to
+// OUT/scoreboard.md and OUT/scoreboard.json, and splices it into the --doc file.
+func runScoreboard(a scoreboardArgs) error {
+	if a.trace == "" {
+		a.trace = "../shared/data/traces/mooncake_conversation_trace.jsonl"
+	}
+	rows, err := bench.FilterRows(bench.ScoreboardRows(bench.ScoreboardOptions{TracePath: a.trace, Seeds: a.seeds, TraceSeeds: a.traceSeeds}), a.rows)
+	if err != nil {
+		return err
+	}
+	var pols []string
+	if a.policies != "all" {
+		pols = strings.Split(a.policies, ",")
+	}
+	if err := os.MkdirAll(a.out, 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := bench.RunScoreboard(rows, bench.ScoreboardRun{Policies: pols, Parallel: a.parallel, EventLag: a.lag, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	cmd := "kvbench " + strings.Join(a.args, " ")
+	var md strings.Builder
+	bench.WriteScoreboard(&md, res, time.Since(start), cmd)
+	fmt.Print(md.String())
+	for i := range res {
+		fmt.Printf("\n== %s (%s)\n", res[i].Name, res[i].Key)
+		bench.WriteSeedTable(os.Stdout, res[i].Agg)
+	}
+	if err := os.WriteFile(filepath.Join(a.out, "scoreboard.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(a.out, "scoreboard.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	if a.doc != "" {
+		old, err := os.ReadFile(a.doc)
+		if err != nil {
+			return err
+		}
+		upd, err := bench.SpliceSection(old, []byte(md.String()), bench.ScoreboardBegin, bench.ScoreboardEnd)
+		if err != nil {
+			return fmt.Errorf("%s: %w", a.doc, err)
+		}
+		if err := os.WriteFile(a.doc, upd, 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("\nscoreboard written into %s\n", a.doc)
 	}
 	return nil
 }

@@ -53,6 +53,7 @@ func run(args []string) error {
 	defMax := fs.Int("default-max-tokens", 16, "max_tokens when a request sets none")
 	echo := fs.Bool("echo", false, "zero engine time (load tests of kvroute itself): completions are answered at once, streamed when the body sets \"stream\": true, with --echo-tokens chunks; /tokenize, /metrics and /health stay the simulated worker's")
 	echoTokens := fs.Int("echo-tokens", 2, "--echo: content chunks per response (the first is flushed on its own)")
+	disagree := fs.Bool("tokenize-disagree", false, "POST /tokenize answers wrong ids on purpose (the last id changed), to test a router's shadow check; generation is unaffected")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,7 +97,8 @@ func run(args []string) error {
 		}
 	}()
 	for i := 0; i < *n; i++ {
-		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens}
+		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens,
+			TokenizeDisagree: *disagree}
 		if *seed != 0 {
 			opt.Seed = *seed + uint64(i)
 		}

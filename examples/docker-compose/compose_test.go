@@ -39,7 +39,8 @@ type service struct {
 	Environment map[string]string `yaml:"environment"`
 	Restart     string            `yaml:"restart"`
 	Networks    map[string]struct {
-		IPv4Address string `yaml:"ipv4_address"`
+		IPv4Address string   `yaml:"ipv4_address"`
+		Aliases     []string `yaml:"aliases"`
 	} `yaml:"networks"`
 }
 
@@ -208,6 +209,37 @@ func loadKVRoute(t *testing.T, c *composeFile) *config.Config {
 	return cfg
 }
 
+// Tracing: kvroute exports OTLP to a compose service that receives OTLP on that port
+// (Jaeger v2 all-in-one: 4317 gRPC, 4318 HTTP) and publishes its UI.
+func TestTracesGoToJaeger(t *testing.T) {
+	c := loadCompose(t)
+	cfg := loadKVRoute(t, c)
+	if !cfg.Tracing.Enabled {
+		t.Fatal("kvroute.yaml: tracing.enabled is off; the demo shows each decision's trace in Jaeger")
+	}
+	host, p, err := net.SplitHostPort(cfg.Tracing.Endpoint)
+	if err != nil {
+		t.Fatalf("tracing.endpoint %q: %v", cfg.Tracing.Endpoint, err)
+	}
+	j, ok := c.Services[host]
+	if !ok {
+		t.Fatalf("tracing.endpoint names %q, not a compose service", host)
+	}
+	want := map[string]string{"grpc": "4317", "http/protobuf": "4318"}[cfg.Tracing.Protocol]
+	if p != want || !strings.HasPrefix(j.Image, "jaegertracing/jaeger:2") {
+		t.Errorf("tracing.endpoint %s over %s: Jaeger v2 (%s) receives it on %s", cfg.Tracing.Endpoint, cfg.Tracing.Protocol, j.Image, want)
+	}
+	if !cfg.Tracing.Insecure {
+		t.Error("the demo's Jaeger has no TLS: tracing.insecure must be true")
+	}
+	if !j.publishes(16686) {
+		t.Error("the Jaeger UI (16686) should be published")
+	}
+	if !slices.Contains(c.Services["kvroute"].DependsOn, host) {
+		t.Errorf("kvroute should depend on %s", host)
+	}
+}
+
 func TestKVRouteConfigMatchesWorkers(t *testing.T) {
 	c := loadCompose(t)
 	cfg := loadKVRoute(t, c)
@@ -267,7 +299,18 @@ func TestEnvoyConfigMatchesKVRoute(t *testing.T) {
 			for _, lb := range le.GetLbEndpoints() {
 				sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
 				if _, ok := c.Services[sa.GetAddress()]; !ok {
-					t.Errorf("cluster %s: host %q is not a compose service", cl.GetName(), sa.GetAddress())
+					// A network alias shared by services resolves to all of them (Envoy's
+					// fail-open fallback cluster "vllm" load balances over the workers).
+					var with []string
+					for name, s := range c.Services {
+						if slices.Contains(s.Networks["llm"].Aliases, sa.GetAddress()) {
+							with = append(with, name)
+						}
+					}
+					slices.Sort(with)
+					if !slices.Equal(with, vllmServices) {
+						t.Errorf("cluster %s: host %q is neither a compose service nor an alias of exactly the workers %v (got %v)", cl.GetName(), sa.GetAddress(), vllmServices, with)
+					}
 				}
 				if sa.GetAddress() == "kvroute" {
 					if int(sa.GetPortValue()) != port(t, cfg.Server.ExtProcAddr) {

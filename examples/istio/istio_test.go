@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"go.yaml.in/yaml/v3"
@@ -77,6 +78,7 @@ func decodeStrict(t *testing.T, text []byte, v any) {
 
 // Patches are the Envoy protos an EnvoyFilter contributes.
 type patches struct {
+	network  []*listenerv3.Filter // MERGE fragments into the http_connection_manager
 	filters  []*hcmv3.HttpFilter
 	clusters []*clusterv3.Cluster
 	routes   []*routev3.Route // MERGE fragments
@@ -84,6 +86,9 @@ type patches struct {
 
 func (p patches) messages() []proto.Message {
 	var out []proto.Message
+	for _, f := range p.network {
+		out = append(out, f)
+	}
 	for _, f := range p.filters {
 		out = append(out, f)
 	}
@@ -108,6 +113,9 @@ func extract(f *envoyFilter) (patches, error) {
 		}
 		var m proto.Message
 		switch cp.ApplyTo {
+		case "NETWORK_FILTER":
+			x := &listenerv3.Filter{}
+			p.network, m = append(p.network, x), x
 		case "HTTP_FILTER":
 			x := &hcmv3.HttpFilter{}
 			p.filters, m = append(p.filters, x), x
@@ -125,6 +133,9 @@ func extract(f *envoyFilter) (patches, error) {
 		}
 		if cp.Patch.Operation == "MERGE" {
 			err = envoy.Walk(m, func(x proto.Message, packed bool) error {
+				if _, frag := x.(*hcmv3.HttpConnectionManager); frag {
+					return nil // itself a fragment merged into Istio's own
+				}
 				if v, ok := x.(interface{ ValidateAll() error }); ok && packed && x != m {
 					return v.ValidateAll()
 				}
@@ -182,6 +193,11 @@ func checkFilter(f *envoyFilter) error {
 			if !ok {
 				errs = append(errs, errors.New(where+": ext_proc must be inserted INSERT_BEFORE the router sub-filter of the http_connection_manager"))
 			}
+		case "NETWORK_FILTER":
+			l := cp.Match.Listener
+			if l == nil || l.FilterChain.Filter.Name != "envoy.filters.network.http_connection_manager" || cp.Patch.Operation != "MERGE" {
+				errs = append(errs, errors.New(where+": the header strip MERGEs into the http_connection_manager"))
+			}
 		case "CLUSTER":
 			if cp.Patch.Operation != "ADD" {
 				errs = append(errs, errors.New(where+": clusters are ADDed"))
@@ -210,8 +226,8 @@ func TestEnvoyFilterIsValid(t *testing.T) {
 		t.Fatalf("the EnvoyFilter is broken:\n%v", err)
 	}
 	p, _ := extract(f)
-	if len(p.filters) != 1 || len(p.clusters) != 2 || len(p.routes) != 1 {
-		t.Fatalf("want 1 filter, 2 clusters, 1 route patch; got %d, %d, %d", len(p.filters), len(p.clusters), len(p.routes))
+	if len(p.network) != 1 || len(p.filters) != 1 || len(p.clusters) != 2 || len(p.routes) != 1 {
+		t.Fatalf("want 1 HCM merge, 1 filter, 2 clusters, 1 route patch; got %d, %d, %d, %d", len(p.network), len(p.filters), len(p.clusters), len(p.routes))
 	}
 }
 
@@ -227,6 +243,8 @@ func TestEnvoyFilterBrokenCopies(t *testing.T) {
 		{"no workload selector", "istio: ingressgateway\n  configPatches", "{}\n  configPatches"},
 		{"sidecar context", "context: GATEWAY\n        listener", "context: SIDECAR_INBOUND\n        listener"},
 		{"invalid nested value", "timeout: 1s\n              interval: 5s", "timeout: 1s\n              interval: 0s"},
+		{"client destination header kept", "- remove: x-gateway-destination-endpoint\n", "- remove: x-other\n"},
+		{"client served header kept", "- remove: x-gateway-destination-endpoint-served", "- remove: x-other"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(good, tc.old) {
@@ -328,5 +346,51 @@ func TestGatewayAndServiceAgree(t *testing.T) {
 		if !strings.Contains(k8s, want) {
 			t.Errorf("examples/kubernetes/kvroute.yaml no longer has %q", want)
 		}
+	}
+}
+
+// Issue 10 item 4: the route to the ORIGINAL_DST cluster is taken only when kvroute set
+// the destination header, and a fallback route to the load-balanced Service follows it.
+func TestFailOpenFallsBackToTheService(t *testing.T) {
+	dec := yaml.NewDecoder(bytes.NewReader(read(t, "gateway.yaml")))
+	for {
+		var doc struct {
+			Kind string `yaml:"kind"`
+			Spec struct {
+				HTTP []struct {
+					Name  string `yaml:"name"`
+					Match []struct {
+						Headers map[string]map[string]string `yaml:"headers"`
+					} `yaml:"match"`
+					Route []struct {
+						Destination struct {
+							Host string `yaml:"host"`
+						} `yaml:"destination"`
+					} `yaml:"route"`
+				} `yaml:"http"`
+			} `yaml:"spec"`
+		}
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatal("no VirtualService in gateway.yaml")
+		}
+		if doc.Kind != "VirtualService" {
+			continue
+		}
+		h := doc.Spec.HTTP
+		if len(h) != 2 || h[0].Name != "kvroute-routed" || h[1].Name != "kvroute-llm" {
+			t.Fatalf("want routes kvroute-routed then kvroute-llm, got %+v", h)
+		}
+		if len(h[0].Match) == 0 || h[0].Match[0].Headers[config.Default().ExtProc.DestinationHeader]["regex"] != ".+" {
+			t.Errorf("kvroute-routed must match only when %s is present", config.Default().ExtProc.DestinationHeader)
+		}
+		for _, m := range h[1].Match {
+			if len(m.Headers) != 0 {
+				t.Errorf("the fallback route must not depend on headers")
+			}
+		}
+		if len(h[1].Route) != 1 || h[1].Route[0].Destination.Host != "vllm.llm.svc.cluster.local" {
+			t.Errorf("the fallback goes to the vLLM Service, got %+v", h[1].Route)
+		}
+		return
 	}
 }

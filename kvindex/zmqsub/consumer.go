@@ -48,6 +48,17 @@ func (c *consumer) pub(r int) *pubState {
 // handle tracks f's sequence (replaying gaps, detecting restarts) and applies it.
 func (c *consumer) handle(ctx context.Context, f frame) {
 	m := c.s.m
+	if f.reconnected {
+		c.reconnected(f.rank)
+		return
+	}
+	if f.restarted {
+		m.m.Restarts.WithLabelValues(c.name()).Inc()
+		m.log.Info("kvindex: worker restarted; dropping its entries", "worker", c.name())
+		m.ix.ResetWorker(c.name())
+		clear(c.pubs) // every rank's next frame is a baseline
+		return
+	}
 	c.recovered = false
 	err := c.dec.Decode(f.payload, &c.batch) // whole payload, before anything is applied
 	r := f.rank
@@ -81,9 +92,9 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 		m.ix.ResetRank(c.name(), r)
 		*p = pubState{started: true}
 		if f.seq > 0 && c.hasReplay() {
-			// The new process published before we saw it: those messages are lost unless
-			// its buffer still holds them.
-			c.recover(ctx, r, p, 0, f.seq)
+			// A new publisher, whose first frame seen is a baseline like any other: what
+			// it published before, its buffer may still hold.
+			c.catchUp(ctx, r, p, f.seq)
 		}
 	}
 	if f.seq < p.next {
@@ -99,6 +110,22 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 	}
 	p.next = f.seq + 1
 	p.dupFloor = p.next
+}
+
+// reconnected handles rank r's SUB connecting again after it lost its publisher (issue
+// 10 item 15): a restarted engine's cache is empty, so the rank's entries are dropped
+// at once — the worker may already be healthy again, and its first event can come much
+// later — and its next frame is a baseline. (A network blip to the same process loses
+// entries that were still valid: fewer predicted hits, never wrong ones.)
+func (c *consumer) reconnected(r int) {
+	m := c.s.m
+	if p := c.pubs[r]; p == nil || !p.started {
+		return // nothing seen from the old connection
+	}
+	m.m.Restarts.WithLabelValues(c.name()).Inc()
+	m.log.Info("kvindex: KV event publisher reconnected (restarted); dropping its entries", "worker", c.name(), "rank", r)
+	m.ix.ResetRank(c.name(), r)
+	delete(c.pubs, r)
 }
 
 // hasReplay reports whether the worker has a replay endpoint configured.

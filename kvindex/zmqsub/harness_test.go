@@ -62,10 +62,11 @@ func newHarness(t *testing.T, opts ...func(*Options)) *harness {
 	return h
 }
 
-// eventually polls cond every 5 ms for up to 10 s.
+// eventually polls cond every 5 ms for up to 60 s (generous: ZMQ connects and
+// replays under a loaded CI machine take far longer than on a quiet one).
 func (h *harness) eventually(cond func() bool, format string, args ...any) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("timed out: "+format, args...)

@@ -237,6 +237,26 @@ func (m *Manager) WorkerRemoved(w *workers.Worker) {
 	m.ix.RemoveWorker(w.Name)
 }
 
+// WorkerRestarted tells the manager that worker restarted (its process start time
+// changed, workers.ScrapeOptions.OnRestart): every rank's entries and its speculative
+// entries are dropped at once and again in order with its queued messages, and each
+// rank's next message is a baseline. It is the only early restart signal in bind mode.
+// Unknown workers are ignored; a full queue blocks it until there is room or Run ends.
+func (m *Manager) WorkerRestarted(name string) {
+	m.mu.Lock()
+	s, ctx := m.subs[name], m.ctx
+	m.mu.Unlock()
+	if s == nil {
+		return
+	}
+	m.ix.ResetWorker(name) // now, before the caller marks the worker healthy again
+	if ctx != nil {
+		// and again in order with the queue (messages of the old engine still queued
+		// must not bring its blocks back), where the consumer also resets each rank
+		s.enqueueWait(ctx, frame{rank: -1, restarted: true})
+	}
+}
+
 // Run starts every subscription and blocks until ctx is cancelled; it returns after
 // every goroutine it started has exited and closed its sockets. It returns an error
 // only when the bind-mode socket cannot be bound.

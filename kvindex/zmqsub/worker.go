@@ -19,12 +19,15 @@ import (
 	"github.com/kvroute/kvroute/workers"
 )
 
-// frame is one received PUB message [topic, seq (8 bytes big-endian), payload].
+// frame is one received PUB message [topic, seq (8 bytes big-endian), payload], or a
+// marker that rank's SUB connected again after losing its publisher.
 type frame struct {
-	rank    int // data-parallel rank; -1 = read it from the payload (bind mode)
-	topic   string
-	seq     uint64
-	payload []byte
+	rank        int // data-parallel rank; -1 = read it from the payload (bind mode)
+	topic       string
+	seq         uint64
+	payload     []byte
+	reconnected bool // rank's SUB connected again after losing its publisher
+	restarted   bool // the worker restarted (Manager.WorkerRestarted): every rank
 }
 
 // workerSub is one worker's subscription: receivers (one per rank in connect mode)
@@ -109,6 +112,15 @@ func (s *workerSub) enqueue(f frame) {
 	}
 }
 
+// enqueueWait queues a marker frame, waiting for room (markers are rare and must not
+// be lost) until ctx ends.
+func (s *workerSub) enqueueWait(ctx context.Context, f frame) {
+	select {
+	case s.q <- f:
+	case <-ctx.Done():
+	}
+}
+
 // EndpointForRank returns the endpoint data-parallel rank r publishes on: tcp port +
 // r, or for ipc/inproc the path with "_dp<r>" appended (vllm/distributed/kv_events.py
 // offsets endpoints the same way). Rank 0 is the endpoint itself.
@@ -183,9 +195,9 @@ var monitorSeq atomic.Uint64
 // monitor returns a PAIR socket receiving sock's disconnect events (ZMQ closes a
 // connection whose peer sent a message over ZMQ_MAXMSGSIZE, or that went away), owned
 // by sock's goroutine. nil when ZMQ cannot monitor (the count is then lost, nothing else).
-func (m *Manager) monitor(sock *zmq.Socket) *zmq.Socket {
+func (m *Manager) monitor(sock *zmq.Socket, events zmq.Event) *zmq.Socket {
 	addr := fmt.Sprintf("inproc://kvroute-zmqsub-monitor-%d", monitorSeq.Add(1))
-	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+	if err := sock.Monitor(addr, events); err != nil {
 		return nil
 	}
 	mon, err := zmq.NewSocket(zmq.PAIR)
@@ -209,7 +221,7 @@ func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int) error {
 	if err := sock.SetSubscribe(s.w.KVEvents.Topic); err != nil {
 		return err
 	}
-	mon := s.m.monitor(sock)
+	mon := s.m.monitor(sock, zmq.EVENT_DISCONNECTED|zmq.EVENT_CONNECTED)
 	if mon != nil {
 		defer mon.Close()
 	}
@@ -217,16 +229,31 @@ func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int) error {
 		return err
 	}
 	disc := s.m.m.Disconnects.WithLabelValues(s.w.Name)
+	lost := false
 	return recvLoop(ctx, sock, mon, s.m.opt.PollInterval, func(f frame) {
 		f.rank = r
 		s.enqueue(f)
-	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() }, disc.Inc)
+	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() }, func(ev zmq.Event) {
+		switch ev {
+		case zmq.EVENT_DISCONNECTED:
+			disc.Inc()
+			lost = true
+		case zmq.EVENT_CONNECTED:
+			if lost {
+				// Connected again after losing the publisher: almost always a new engine
+				// process (restart), whose cache starts empty. Its entries go now, in
+				// order with the frames, not when its first event shows the seq reset.
+				lost = false
+				s.enqueueWait(ctx, frame{rank: r, reconnected: true})
+			}
+		}
+	})
 }
 
 // recvLoop receives PUB messages from sock until ctx ends (nil) or a socket error;
-// got gets each well-formed frame, bad is called for any other message, disconnected
-// for each disconnect event from mon (may be nil).
-func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, got func(frame), bad, disconnected func()) error {
+// got gets each well-formed frame, bad is called for any other message, event for
+// each event from mon (may be nil).
+func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, got func(frame), bad func(), event func(zmq.Event)) error {
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
 	if mon != nil {
@@ -248,9 +275,7 @@ func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, go
 			if err != nil {
 				break
 			}
-			if ev == zmq.EVENT_DISCONNECTED {
-				disconnected()
-			}
+			event(ev)
 		}
 		for ctx.Err() == nil {
 			msg, err := sock.RecvMessageBytes(zmq.DONTWAIT)
@@ -279,7 +304,7 @@ func (m *Manager) runBind(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		mon := m.monitor(sock)
+		mon := m.monitor(sock, zmq.EVENT_DISCONNECTED)
 		_ = sock.SetSubscribe("")
 		if err := sock.Bind(m.opt.BindEndpoint); err != nil {
 			if first {
@@ -296,7 +321,8 @@ func (m *Manager) runBind(ctx context.Context) error {
 				first = false
 			}
 			err = recvLoop(ctx, sock, mon, m.opt.PollInterval, func(f frame) { f.rank = -1; m.dispatch(f) },
-				func() { m.m.DroppedMessages.WithLabelValues("malformed_frame").Inc() }, m.m.Disconnects.WithLabelValues("").Inc)
+				func() { m.m.DroppedMessages.WithLabelValues("malformed_frame").Inc() },
+				func(zmq.Event) { m.m.Disconnects.WithLabelValues("").Inc() })
 		}
 		sock.Close()
 		if mon != nil {

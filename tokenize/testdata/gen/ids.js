@@ -37,9 +37,12 @@ function digest(ids) {
       }
       return Array.from((await tok.encode(text, null, { addSpecialTokens: special })).getIds());
     };
-    const out = { family: fam, texts: [], long: [], chats: [] };
+    const out = { family: fam, texts: [], more_texts: [], long: [], chats: [] };
     for (const t of corpus.texts) {
       out.texts.push({ name: t.name, special: await encode(t.text, true), plain: await encode(t.text, false) });
+    }
+    for (const t of corpus.more_texts || []) {
+      out.more_texts.push({ name: t.name, special: await encode(t.text, true), plain: await encode(t.text, false) });
     }
     for (const name of corpus.long) {
       const text = fs.readFileSync(path.join(testdata, name), 'utf8');
