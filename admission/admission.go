@@ -230,6 +230,20 @@ func (g *Grant) Settle(res response.Result, counted int) {
 	g.finish(a.cost(uncached, cached, output), uncached, cached, output, src, res.Outcome)
 }
 
+// Streamed is the counted argument of Settle for a response watched by tr: 0 when no
+// response arrived (tr nil: nothing was generated for the client), the content events
+// counted when tr counts them (response.Tracker.CountContent), else -1 (unknown: the
+// estimate stands).
+func Streamed(tr *response.Tracker) int {
+	switch {
+	case tr == nil:
+		return 0
+	case tr.Counting():
+		return tr.ContentEvents()
+	}
+	return -1
+}
+
 // Release settles a grant whose request reached no worker (a connect failure retried
 // elsewhere): it costs nothing and is not counted as a request.
 func (g *Grant) Release() {

@@ -5,6 +5,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 )
@@ -101,15 +102,9 @@ func (st *stream) complete(res response.Result) {
 // the stream: none when no response body was seen, -1 (estimate) when not counted
 // (a non-SSE body, or response body mode NONE).
 func (st *stream) settle(res response.Result) {
-	counted := 0
-	switch {
-	case st.respMode == modeNone:
-		counted = -1 // Envoy sends no response body
-	case st.tracker != nil:
-		counted = -1
-		if st.tracker.Counting() {
-			counted = st.tracker.ContentEvents()
-		}
+	counted := admission.Streamed(st.tracker)
+	if st.respMode == modeNone {
+		counted = -1 // Envoy sends no response body: unknown, not none
 	}
 	st.grant.Settle(res, counted)
 }

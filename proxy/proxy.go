@@ -181,14 +181,7 @@ type flightKey struct{}
 // settle settles f's admission grant with res and the generated tokens counted from
 // the stream: none when no response arrived, -1 (estimate) when they were not counted.
 func (f *flight) settle(res response.Result) {
-	counted := 0
-	if f.counter != nil {
-		counted = -1
-		if f.counter.Counting() {
-			counted = f.counter.ContentEvents()
-		}
-	}
-	f.grant.Settle(res, counted)
+	f.grant.Settle(res, admission.Streamed(f.counter))
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
