@@ -189,6 +189,14 @@ func (g *Grant) Identity() Identity {
 	return g.id
 }
 
+// CountsTokens reports whether the front should count the generated tokens of a
+// streamed response (response.Tracker.CountContent, one JSON decode per SSE event):
+// only for a tenant with a token budget. Without one the count would feed only the
+// settled-token metrics, and a settlement without usage keeps the estimate.
+func (g *Grant) CountsTokens() bool {
+	return g != nil && g.a.LimitsOf(g.id.Tenant).TokensPerMinute > 0
+}
+
 // Reserved is the token cost reserved.
 func (g *Grant) Reserved() int64 {
 	if g == nil {

@@ -19,7 +19,8 @@
 //     router.ErrorReply).
 //  3. Grant.Settle, once, when the ticket ends (completed or aborted): the actual cost
 //     replaces the reservation — from usage when the engine reported it, else from the
-//     generated tokens counted in the stream, else the estimate stands
+//     generated tokens counted in the stream (tenants with a token budget,
+//     Grant.CountsTokens), else the estimate stands
 //     (kvroute_admission_settlements_total{usage_source}).
 //
 // Budgets use fixed one-minute windows. The local backend keeps them in memory under

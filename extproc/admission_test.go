@@ -132,7 +132,7 @@ func TestExtProcBudgetRefusalAndRequireTenant(t *testing.T) {
 // A stream Envoy cancels mid-response pays its prompt and the content events streamed.
 func TestExtProcAbortPaysWhatStreamed(t *testing.T) {
 	h := newHarness(t)
-	a := withAdmission(t, h, func(c *config.Admission) {})
+	a := withAdmission(t, h, func(c *config.Admission) { c.Default.TokensPerMinute = 1e6 })
 	s := h.open(t)
 	s.send(withPC(hdrs(false, post("/v1/chat/completions")...), modeBuffered, modeStreamed))
 	s.recv()

@@ -29,7 +29,7 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 		}
 	}
 	st.tracker = response.NewTracker(response.StreamBody(ct, st.req != nil && st.req.Stream), 0)
-	if st.grant != nil {
+	if st.grant.CountsTokens() {
 		st.tracker.CountContent() // settlement without usage (not asked for, or cut) counts what streamed
 	}
 	var cr *extprocv3.CommonResponse

@@ -110,6 +110,10 @@ func TestSpoofedTenantHeaderFromUntrustedPeerNotAttributed(t *testing.T) {
 		testutil.ToFloat64(ms.Admission.Requests.WithLabelValues(admission.Unattributed, "ok")) != 3 {
 		t.Fatal("untrusted header not counted, or usage attributed to the spoofed tenant")
 	}
+	// No token budget: the stream is not counted (no per-event decode), the estimate stands.
+	if testutil.ToFloat64(ms.Admission.Settlements.WithLabelValues("estimated")) != 3 {
+		t.Fatal("settlement without usage or token budget must be estimated")
+	}
 
 	trusted, adm2, _ := admissionProxy(t, func(c *config.Admission) {
 		c.Identity = []string{"header"}

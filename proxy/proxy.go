@@ -424,7 +424,7 @@ func (h *handler) modifyResponse(resp *http.Response) error {
 	f.arm(h.opt.Proxy.UpstreamIdleTimeout) // headers arrived: from now on, silence is bounded
 	sse := response.StreamBody(resp.Header.Get("Content-Type"), f.req.Stream)
 	tr := response.NewTracker(sse, 0)
-	if sse && f.grant != nil {
+	if sse && f.grant.CountsTokens() {
 		tr.CountContent() // settlement without usage (not asked for, or cut) counts what streamed
 	}
 	f.counter = tr
