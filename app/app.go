@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
@@ -53,10 +54,12 @@ type App struct {
 	// PeerRegistry holds the peer addresses it streams to.
 	Peers        *peers.Manager
 	PeerRegistry *workers.Registry
+	// Admission is the admission stage both fronts run (tenant identity, budgets).
+	Admission *admission.Admitter
 
 	ready       chan struct{}
 	explainSem  chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
-	indexSynced atomic.Bool    // the index was in exact mode for some worker once (readiness)
+	indexSynced atomic.Bool   // the index was in exact mode for some worker once (readiness)
 }
 
 // New builds an App from cfg. Nothing listens or runs until Serve/Proxy is called.
@@ -144,6 +147,9 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	a.Registry.Set(staticWorkers(cfg))
 	if err := a.newPeers(); err != nil {
 		return nil, fmt.Errorf("peers: %w", err)
+	}
+	if a.Admission, err = admission.New(admission.Options{Config: cfg.Admission, Metrics: ms}); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
@@ -303,7 +309,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}
 		srv := grpc.NewServer(append(gopts, grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
-		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer()}))
+		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer(), Admission: a.Admission}))
 		healthpb.RegisterHealthServer(srv, hs)
 		grpcServers = append(grpcServers, srv)
 		goRun(func() error { return serveGRPC(srv, l.ExtProc) })
@@ -319,7 +325,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	if l.Proxy != nil {
 		srv := a.httpServer(proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
 			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0, Proxy: a.Config.Proxy, Tracer: a.Tracing.Tracer(),
-			BodyTimeout: a.Config.Server.HTTPBodyTimeout, WriteTimeout: a.Config.Server.HTTPWriteTimeout}), false)
+			BodyTimeout: a.Config.Server.HTTPBodyTimeout, WriteTimeout: a.Config.Server.HTTPWriteTimeout, Admission: a.Admission}), false)
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Proxy) })
 		a.Logger.Info("proxy listening", "addr", l.Proxy.Addr().String())

@@ -42,6 +42,7 @@ type Config struct {
 	Workers   []Worker  `mapstructure:"workers"`
 	Tokenize  Tokenize  `mapstructure:"tokenize"`
 	Proxy     Proxy     `mapstructure:"proxy"`
+	Admission Admission `mapstructure:"admission"`
 	Tracing   Tracing   `mapstructure:"tracing"`
 	Peers     Peers     `mapstructure:"peers"`
 }
@@ -56,6 +57,7 @@ func Default() Config {
 		Scoring:   defaultScoring(),
 		Discovery: defaultDiscovery(),
 		Proxy:     defaultProxy(),
+		Admission: defaultAdmission(),
 		Tracing:   defaultTracing(),
 		Peers:     defaultPeers(),
 	}
@@ -81,6 +83,7 @@ func (c *Config) Validate() error {
 	add(validateTokenize(c.Tokenize))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())
+	add(c.Admission.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))
 	add(c.Peers.validate(c.Index))
 	return errors.Join(errs...)

@@ -54,13 +54,21 @@ type Expect struct {
 	// KnownClusters are clusters defined elsewhere (e.g. by Istio) that references may
 	// name.
 	KnownClusters []string
+	// TenantHeader is kvroute's admission.tenant_header ("" = not required): ext_proc
+	// believes it as set by the edge, so the client's copy must be removed first.
+	TenantHeader string
 }
 
 // StrippedHeaders are the client request headers every configuration must remove
 // before ext_proc and routing: the destination kvroute sets, and its "-served" twin
-// (Gateway API Inference Extension) that routing may read.
+// (Gateway API Inference Extension) that routing may read, and the tenant header
+// when Expect.TenantHeader is set (admission believes it in ext_proc).
 func (e Expect) StrippedHeaders() []string {
-	return []string{e.DestinationHeader, e.DestinationHeader + "-served"}
+	out := []string{e.DestinationHeader, e.DestinationHeader + "-served"}
+	if e.TenantHeader != "" {
+		out = append(out, e.TenantHeader)
+	}
+	return out
 }
 
 // Check verifies what protobuf rules cannot, across every message reachable from roots

@@ -18,7 +18,7 @@ var files = []string{"envoy-buffered.yaml", "envoy-full-duplex.yaml"}
 // expect is kvroute's default configuration, which the shipped files must match.
 func expect() Expect {
 	d := config.Default()
-	return Expect{DestinationHeader: d.ExtProc.DestinationHeader, MetadataNamespace: d.ExtProc.MetadataNamespace}
+	return Expect{DestinationHeader: d.ExtProc.DestinationHeader, MetadataNamespace: d.ExtProc.MetadataNamespace, TenantHeader: d.Admission.TenantHeader}
 }
 
 func load(t *testing.T, text string) (*bootstrapv3.Bootstrap, error) {
@@ -148,6 +148,7 @@ func TestCheckCatchesBrokenCopies(t *testing.T) {
 		// Issue 10 item 4: a client never chooses its worker, kvroute down or not.
 		{"client destination header kept", "envoy-buffered.yaml", "- remove: x-gateway-destination-endpoint\n", "- remove: x-other\n", ErrClientHeader},
 		{"client served header kept", "envoy-full-duplex.yaml", "- remove: x-gateway-destination-endpoint-served", "- remove: x-other", ErrClientHeader},
+		{"client tenant header kept", "envoy-buffered.yaml", "- remove: x-kvroute-tenant", "- remove: x-other", ErrClientHeader},
 		{"ORIGINAL_DST route without header guard", "envoy-buffered.yaml", "present_match: true", "present_match: false", ErrFailOpen},
 		{"fallback to ORIGINAL_DST", "envoy-buffered.yaml", "cluster: vllm_fallback\n", "cluster: vllm_workers\n", ErrFailOpen},
 		{"route not re-selected after kvroute", "envoy-buffered.yaml", "route_cache_action: CLEAR", "route_cache_action: DEFAULT", ErrFailOpen},

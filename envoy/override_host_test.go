@@ -91,7 +91,7 @@ func TestOverrideHostVariant(t *testing.T) {
 			t.Errorf("ext_proc does not forward metadata namespace %s (forwarding_namespaces %v)", ns, fwd)
 		}
 	}
-	for _, h := range []string{d.DestinationHeader, d.DestinationHeader + "-served"} {
+	for _, h := range []string{d.DestinationHeader, d.DestinationHeader + "-served", config.Default().Admission.TenantHeader} {
 		if !slices.Contains(stripped, h) {
 			t.Errorf("the client's %s is not stripped before ext_proc", h)
 		}

@@ -28,6 +28,7 @@ type harness struct {
 	t      *testing.T
 	reg    *workers.Registry
 	router *router.Router
+	srv    *Server // set srv.opt fields (Admission) before opening a stream
 	ms     *metrics.Set
 	client extprocv3.ExternalProcessorClient
 	ended  chan error           // one value per finished Process call, its return value
@@ -66,7 +67,8 @@ func newHarness(t testing.TB, opts ...harnessOpt) *harness {
 			}
 			return err
 		}))
-	extprocv3.RegisterExternalProcessorServer(srv, New(Options{Router: r, Config: cfg, Metrics: ms}))
+	eps := New(Options{Router: r, Config: cfg, Metrics: ms})
+	extprocv3.RegisterExternalProcessorServer(srv, eps)
 	go srv.Serve(ln)
 	conn, err := grpc.NewClient("passthrough:///bufconn",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
@@ -76,7 +78,7 @@ func newHarness(t testing.TB, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); srv.Stop() })
-	h := &harness{reg: reg, router: r, ms: ms, client: extprocv3.NewExternalProcessorClient(conn), ended: ended, ctxs: ctxs}
+	h := &harness{reg: reg, router: r, srv: eps, ms: ms, client: extprocv3.NewExternalProcessorClient(conn), ended: ended, ctxs: ctxs}
 	if tt, ok := t.(*testing.T); ok {
 		h.t = tt
 	}

@@ -5,6 +5,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 )
@@ -28,6 +29,9 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 		}
 	}
 	st.tracker = response.NewTracker(response.StreamBody(ct, st.req != nil && st.req.Stream), 0)
+	if st.grant.CountsTokens() {
+		st.tracker.CountContent() // settlement without usage (not asked for, or cut) counts what streamed
+	}
 	var cr *extprocv3.CommonResponse
 	if mut := st.responseMutation(); mut != nil {
 		cr = &extprocv3.CommonResponse{HeaderMutation: mut}
@@ -88,8 +92,21 @@ func (st *stream) responseTrailers() error {
 
 func (st *stream) complete(res response.Result) {
 	st.completed = true
-	st.record(st.ticket.Complete(res, zeroTime))
+	res.Outcome = st.ticket.Complete(res, zeroTime)
+	st.settle(res)
+	st.record(res.Outcome)
 	st.route.Completed(res.Status, res.Usage)
+}
+
+// settle settles the admission grant with res and the generated tokens counted from
+// the stream: none when no response body was seen, -1 (estimate) when not counted
+// (a non-SSE body, or response body mode NONE).
+func (st *stream) settle(res response.Result) {
+	counted := admission.Streamed(st.tracker)
+	if st.respMode == modeNone {
+		counted = -1 // Envoy sends no response body: unknown, not none
+	}
+	st.grant.Settle(res, counted)
 }
 
 // inference reports whether the request's path is an inference API (its 2xx body
@@ -103,7 +120,9 @@ func (st *stream) finish(reason string) {
 		return
 	}
 	st.completed = true
-	st.record(st.ticket.AbortWith(response.OutcomeAborted))
+	o := st.ticket.AbortWith(response.OutcomeAborted)
+	st.settle(response.Result{Outcome: o})
+	st.record(o)
 	st.s.m.Aborts.WithLabelValues(reason).Inc()
 	st.route.Fail("aborted: " + reason)
 }

@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"github.com/kvroute/kvroute/admission"
+
 	"context"
 	"errors"
 	"io"
@@ -25,6 +27,10 @@ type Options struct {
 	Metrics *metrics.Set   // nil: an unregistered set
 	Logger  *slog.Logger   // nil: slog.Default()
 	Tracer  trace.Tracer   // kvroute.route spans (package tracing); nil: none
+	// Admission is the admission stage (tenant identity, budgets); nil admits every
+	// request as unattributed. The tenant header is believed as set by the edge: the
+	// Envoy configuration must remove the client's copy (docs/configuration.md).
+	Admission *admission.Admitter
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor. One Process call

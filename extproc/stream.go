@@ -8,7 +8,9 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
@@ -64,8 +66,10 @@ type stream struct {
 	failed        bool // an ImmediateResponse went out: Envoy stops processing and closes
 	req           *request.Request
 	ticket        *router.Ticket
-	route         *tracing.Route // the kvroute.route span; nil until the request headers
-	traceparent   string         // W3C trace context of the caller (request headers)
+	tenant        admission.Identity // from the request headers message (Identify)
+	grant         *admission.Grant   // settled with the ticket (complete, finish)
+	route         *tracing.Route     // the kvroute.route span; nil until the request headers
+	traceparent   string             // W3C trace context of the caller (request headers)
 	tracestate    string
 
 	// response direction
@@ -98,7 +102,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 		st.phase = phaseReqHeaders
 		st.count()
 		st.readSubsetHint(req.GetMetadataContext())
-		return st.requestHeaders(v.RequestHeaders)
+		return st.requestHeaders(v.RequestHeaders, req.GetMetadataContext().GetFilterMetadata())
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.phase = phaseReqBody
 		st.count()
@@ -128,6 +132,18 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 		st.phase = phaseNone
 		st.s.m.PhaseErrors.WithLabelValues(string(phaseNone), "protocol").Inc()
 		return status.Error(codes.InvalidArgument, "kvroute: ProcessingRequest without a request phase")
+	}
+}
+
+// headerLookup returns a lookup of h's headers by (lower-case) name, first value.
+func headerLookup(h *extprocv3.HttpHeaders) func(string) string {
+	return func(name string) string {
+		for _, hv := range h.GetHeaders().GetHeaders() {
+			if hv.GetKey() == name {
+				return headerValue(hv)
+			}
+		}
+		return ""
 	}
 }
 
@@ -163,7 +179,7 @@ func (st *stream) reply(r *extprocv3.ProcessingResponse) error {
 
 // ---- request headers -------------------------------------------------------------
 
-func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
+func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*structpb.Struct) error {
 	if st.sawHeaders {
 		st.s.m.PhaseErrors.WithLabelValues(string(st.phase), "protocol").Inc()
 		return st.reply(headersReply(true, nil))
@@ -198,6 +214,11 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		st.s.m.Streams.WithLabelValues("observability").Inc()
 		return nil
 	}
+	id, err := st.s.opt.Admission.Identify(admission.Input{Header: headerLookup(h), Metadata: md, EdgeHeaders: true})
+	if err != nil {
+		return st.immediate(err)
+	}
+	st.tenant = id
 	if h.GetEndOfStream() {
 		// No body will follow in any body mode (PS no_body_): pick on headers alone.
 		st.s.m.Streams.WithLabelValues("headers_only").Inc()
@@ -339,6 +360,12 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 		st.route.Set(tracing.Model(req.Model))
 		st.ticket, err = st.s.opt.Router.Pick(ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
 			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints})
+	}
+	if err == nil {
+		if st.grant, err = st.s.opt.Admission.Reserve(st.tenant, admission.WantOf(st.ticket, req.MaxTokens)); err != nil {
+			st.ticket.AbortWith(response.OutcomeRejected)
+			st.ticket = nil
+		}
 	}
 	if err != nil {
 		return st.immediate(err)

@@ -14,25 +14,27 @@ const Namespace = "kvroute"
 
 // Set holds all kvroute metrics.
 type Set struct {
-	Router   *Router
-	ExtProc  *ExtProc
-	Index    *Index
-	Tokenize *Tokenize
-	Scoring  *Scoring
-	Workers  *Workers
-	Peers    *Peers
+	Router    *Router
+	ExtProc   *ExtProc
+	Index     *Index
+	Tokenize  *Tokenize
+	Scoring   *Scoring
+	Workers   *Workers
+	Peers     *Peers
+	Admission *Admission
 }
 
 // New creates every metric and registers it on reg.
 func New(reg prometheus.Registerer) *Set {
 	return &Set{
-		Router:   newRouter(reg),
-		ExtProc:  newExtProc(reg),
-		Index:    newIndex(reg),
-		Tokenize: newTokenize(reg),
-		Scoring:  newScoring(reg),
-		Workers:  newWorkers(reg),
-		Peers:    newPeers(reg),
+		Router:    newRouter(reg),
+		ExtProc:   newExtProc(reg),
+		Index:     newIndex(reg),
+		Tokenize:  newTokenize(reg),
+		Scoring:   newScoring(reg),
+		Workers:   newWorkers(reg),
+		Peers:     newPeers(reg),
+		Admission: newAdmission(reg),
 	}
 }
 

@@ -39,6 +39,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"runtime/debug"
 	"strconv"
@@ -46,13 +47,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/tracing"
 	"go.opentelemetry.io/otel/trace"
-	"github.com/kvroute/kvroute/router"
 )
 
 // Options configures a Handler.
@@ -76,6 +78,9 @@ type Options struct {
 	BodyTimeout time.Duration
 	// WriteTimeout bounds each write to the client (server.http_write_timeout); 0: none.
 	WriteTimeout time.Duration
+	// Admission is the admission stage (tenant identity, budgets); nil admits every
+	// request as unattributed. A tenant header counts only from its trusted_peers.
+	Admission *admission.Admitter
 }
 
 // maxDrainBytes bounds how much of an oversize body is read and discarded after the
@@ -146,6 +151,8 @@ func New(opt Options) http.Handler {
 // ServeHTTP to the ReverseProxy hooks. All hooks run on the handler's goroutine.
 type flight struct {
 	ticket   *router.Ticket
+	grant    *admission.Grant // settled when the ticket ends (settle)
+	counter  *response.Tracker
 	req      *request.Request
 	route    *tracing.Route
 	ended    bool             // Complete or Abort called
@@ -170,6 +177,12 @@ func (f *flight) arm(d time.Duration) {
 }
 
 type flightKey struct{}
+
+// settle settles f's admission grant with res and the generated tokens counted from
+// the stream: none when no response arrived, -1 (estimate) when they were not counted.
+func (f *flight) settle(res response.Result) {
+	f.grant.Settle(res, admission.Streamed(f.counter))
+}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
@@ -242,6 +255,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route.Set(tracing.Model(req.Model))
+	id, err := h.opt.Admission.Identify(admission.Input{Header: r.Header.Get, Peer: peerAddr(r)})
+	if err != nil {
+		route.Fail("request refused")
+		h.writeError(rec, api, err)
+		return
+	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
 	// (unless passive health is off) and the request, of which nothing was sent, is
@@ -253,14 +272,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(rec, api, err)
 			return
 		}
+		g, err := h.opt.Admission.Reserve(id, admission.WantOf(t, req.MaxTokens))
+		if err != nil {
+			t.AbortWith(response.OutcomeRejected)
+			route.Fail("request refused")
+			h.writeError(rec, api, err)
+			return
+		}
 		route.Set(t.TraceAttributes()...)
-		f = &flight{ticket: t, req: req, route: route, mayRetry: attempt == 0}
+		f = &flight{ticket: t, grant: g, req: req, route: route, mayRetry: attempt == 0}
 		h.attempt(rec, r, f, body)
 		if !f.retry {
 			return
 		}
 		po.Exclude = t.Worker // never retry on the worker that refused the connection
 	}
+}
+
+// peerAddr is the TCP peer of r (never a forwarded-for header).
+func peerAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr()
 }
 
 // attempt forwards the request to f's worker once, under the upstream watchdog.
@@ -388,7 +423,12 @@ func (h *handler) modifyResponse(resp *http.Response) error {
 	f := resp.Request.Context().Value(flightKey{}).(*flight)
 	f.arm(h.opt.Proxy.UpstreamIdleTimeout) // headers arrived: from now on, silence is bounded
 	sse := response.StreamBody(resp.Header.Get("Content-Type"), f.req.Stream)
-	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: response.NewTracker(sse, 0), ctx: resp.Request.Context(),
+	tr := response.NewTracker(sse, 0)
+	if sse && f.grant.CountsTokens() {
+		tr.CountContent() // settlement without usage (not asked for, or cut) counts what streamed
+	}
+	f.counter = tr
+	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: tr, ctx: resp.Request.Context(),
 		inference: f.req.API != request.APIOther}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {
 		resp.Header.Set(wh, f.ticket.Worker)
@@ -425,6 +465,9 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	h.m.ProxyUpstreamErrors.Inc()
 	worker, addr := "", ""
 	if f != nil {
+		if isDialError(err) {
+			f.grant.Release() // nothing reached the worker: it costs nothing
+		}
 		h.abort(f, "upstream_error", response.OutcomeUpstreamError)
 		worker, addr = f.ticket.Worker, f.ticket.Address
 	}
@@ -475,6 +518,7 @@ func (h *handler) abort(f *flight, reason string, o response.Outcome) {
 	}
 	f.ended = true
 	f.outcome = f.ticket.AbortWith(o)
+	f.settle(response.Result{Outcome: f.outcome})
 	h.m.Aborts.WithLabelValues(reason).Inc()
 	f.route.Fail("aborted: " + reason)
 }
@@ -523,6 +567,8 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 			b.f.ended = true
 			res := b.tr.Result(b.status, b.inference)
 			b.f.outcome = b.f.ticket.Complete(res, time.Time{})
+			res.Outcome = b.f.outcome
+			b.f.settle(res)
 			b.f.route.Completed(res.Status, res.Usage)
 		}
 	case err != nil:

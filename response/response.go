@@ -55,7 +55,23 @@ type Tracker struct {
 	maxBody  int
 	overflow bool
 	body     bodyState // what the body said about how it ended (outcome.go)
+	count    bool      // CountContent: count every content event, not only the first
+	events   int       // content events seen (when count)
 }
+
+// CountContent makes the tracker count every SSE event that carries generated content
+// (ContentEvents), not only detect the first: admission settles a stream without a
+// usage report on that count. It costs one JSON decode per event, so it is off unless
+// asked for.
+func (t *Tracker) CountContent() { t.count = true }
+
+// Counting reports whether CountContent was called on a streamed (SSE) body.
+func (t *Tracker) Counting() bool { return t.count && t.stream }
+
+// ContentEvents is the number of SSE events with generated content seen so far (with
+// CountContent). vLLM streams one event per decode step, one token each without
+// speculative decoding, so it approximates the generated tokens from below.
+func (t *Tracker) ContentEvents() int { return t.events }
 
 // NewTracker returns a tracker for a response that is SSE when stream is true.
 // maxBody bounds the bytes kept for a non-streamed body (usage parsing); 0 means 4 MiB.
@@ -158,8 +174,11 @@ func (t *Tracker) line(line []byte) bool {
 	}
 	t.body.event(payload)
 	content := false
-	if !t.first {
+	if !t.first || t.count {
 		content = hasContent(payload)
+		if content && t.count {
+			t.events++
+		}
 	}
 	if bytes.Contains(payload, []byte(`"usage"`)) {
 		t.usage = parseUsage(payload, t.usage)

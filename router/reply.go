@@ -26,7 +26,7 @@ type Reply struct {
 	// content-type: application/json, plus retry-after (whole seconds, rounded up; 1
 	// when the error gives none) on 429 shed and 503 no healthy worker — health comes
 	// back with the next /metrics scrape (scoring.scrape.interval, 1 s by default) —
-	// and on any *Error with RetryAfter > 0.
+	// and on any *Error with RetryAfter > 0; then the *Error's own Header.
 	Header [][2]string
 	// Details is a short machine-readable cause (no spaces) for logs and Envoy's
 	// %RESPONSE_CODE_DETAILS%, e.g. "kvroute_unknown_model".
@@ -58,6 +58,7 @@ func ErrorReply(api request.API, err error) Reply {
 		typ, param, msg string
 		details         string
 		retryAfter      time.Duration
+		extra           [][2]string
 	)
 	var rerr *Error
 	if qe, ok := request.AsError(err); ok {
@@ -68,6 +69,7 @@ func ErrorReply(api request.API, err error) Reply {
 		}
 	} else if errors.As(err, &rerr) {
 		status, typ, msg, retryAfter, details = rerr.Status, rerr.Type, rerr.Message, rerr.RetryAfter, rerr.Details
+		extra = rerr.Header
 		if details == "" {
 			switch status {
 			case http.StatusNotFound:
@@ -112,6 +114,7 @@ func ErrorReply(api request.API, err error) Reply {
 		secs := int64((retryAfter + time.Second - 1) / time.Second)
 		r.Header = append(r.Header, [2]string{"retry-after", strconv.FormatInt(secs, 10)})
 	}
+	r.Header = append(r.Header, extra...)
 	return r
 }
 

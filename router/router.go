@@ -95,6 +95,9 @@ type Error struct {
 	// Details is the machine-readable cause for logs and Envoy's
 	// %RESPONSE_CODE_DETAILS% (no spaces); "" → by status (ErrorReply).
 	Details string
+	// Header are extra response headers (lower-case names), e.g. admission's
+	// x-ratelimit-* on a 429; ErrorReply appends them after its own.
+	Header [][2]string
 }
 
 func (e *Error) Error() string { return e.Message }

@@ -1,0 +1,276 @@
+package admission
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/response"
+	"github.com/kvroute/kvroute/router"
+)
+
+// Options configures an Admitter.
+type Options struct {
+	Config  config.Admission // validated (config.Load)
+	Metrics *metrics.Set     // nil: an unregistered set
+	Now     func() time.Time // nil: time.Now
+}
+
+// Admitter is the admission stage. A nil *Admitter admits everything as
+// Unattributed (its methods and its Grants' are nil-safe). Safe for concurrent use.
+type Admitter struct {
+	cfg    config.Admission
+	m      *metrics.Admission
+	now    func() time.Time
+	peers  []netip.Prefix
+	keys   map[[sha256.Size]byte]string
+	limits map[string]config.Limits
+	budget *local
+	labels *Labeler
+}
+
+// New returns an Admitter; it reads the API key file when the api_key source is
+// configured.
+func New(opt Options) (*Admitter, error) {
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.NewUnregistered()
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	c := opt.Config
+	peers, err := config.ParsePeers(c.TrustedPeers)
+	if err != nil {
+		return nil, err
+	}
+	a := &Admitter{cfg: c, m: opt.Metrics.Admission, now: opt.Now, peers: peers, limits: map[string]config.Limits{},
+		budget: newLocal(), labels: NewLabeler(c.MetricsTenants, c.MetricsMaxTenants)}
+	if c.APIKeysFile != "" {
+		if a.keys, err = LoadKeys(c.APIKeysFile); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range c.Tenants {
+		a.limits[t.Name] = t.Limits
+	}
+	return a, nil
+}
+
+var errUnauthenticated = &router.Error{Status: http.StatusUnauthorized, Type: "authentication_error",
+	Message: "kvroute: no tenant identity (admission.require_tenant)", Details: "kvroute_unauthenticated"}
+
+// Want is what a request asks for, in tokens, from the router's own counts.
+type Want struct {
+	PromptTokens int // router.Ticket.PromptTokens (0 unknown)
+	CachedTokens int // router.Ticket.CachedTokens: the predicted cached prefix
+	MaxTokens    int // request max_tokens; 0 absent
+}
+
+// WantOf is the Want of a picked ticket for a request with maxTokens.
+func WantOf(t *router.Ticket, maxTokens int) Want {
+	return Want{PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens, MaxTokens: maxTokens}
+}
+
+// cost prices tokens with admission.weights: w_uncached·uncached + w_cached·cached +
+// w_output·output, rounded up to whole tokens.
+func (a *Admitter) cost(uncached, cached, output int) int64 {
+	w := a.cfg.Weights
+	return int64(math.Ceil(w.Uncached*float64(max(uncached, 0)) + w.Cached*float64(max(cached, 0)) + w.Output*float64(max(output, 0))))
+}
+
+// outputEstimate is min(max_tokens, default_output_tokens); the default when absent.
+func (a *Admitter) outputEstimate(maxTokens int) int {
+	if maxTokens > 0 {
+		return min(maxTokens, a.cfg.DefaultOutputTokens)
+	}
+	return a.cfg.DefaultOutputTokens
+}
+
+// LimitsOf returns tenant's limits: its admission.tenants entry, else admission.default.
+func (a *Admitter) LimitsOf(tenant string) config.Limits {
+	if l, ok := a.limits[tenant]; ok {
+		return l
+	}
+	return a.cfg.Default
+}
+
+// Reserve reserves id's budget for w: prompt cost (uncached and cached priced
+// separately) + the output estimate. It returns a Grant to settle exactly once, or a
+// 429 *router.Error with Retry-After and OpenAI's x-ratelimit-* headers.
+func (a *Admitter) Reserve(id Identity, w Want) (*Grant, error) {
+	if a == nil {
+		return nil, nil
+	}
+	est := a.outputEstimate(w.MaxTokens)
+	cached := min(max(w.CachedTokens, 0), max(w.PromptTokens, 0))
+	cost := a.cost(w.PromptTokens-cached, cached, est)
+	lim := a.LimitsOf(id.Tenant)
+	res, ref := a.budget.reserve(id.Tenant, lim, cost, a.now())
+	if ref != nil {
+		a.refuse(id.Tenant, ref.Reason)
+		return nil, refusalError(ref, cost)
+	}
+	label := a.labels.Label(id.Tenant)
+	a.m.TokensReserved.WithLabelValues(label).Add(float64(cost))
+	return &Grant{a: a, id: id, label: label, res: res, want: w, estimate: est}, nil
+}
+
+func (a *Admitter) refuse(tenant, reason string) {
+	l := a.labels.Label(tenant)
+	a.m.Refused.WithLabelValues(l, reason).Inc()
+	a.m.Requests.WithLabelValues(l, string(response.OutcomeRejected)).Inc()
+}
+
+// refusalError is the 429 for r: Retry-After is the window's end for the token and
+// request budgets and 1 s for concurrency; x-ratelimit-{limit,remaining,reset}-{tokens,
+// requests} as OpenAI sends them (reset as a Go duration, e.g. "12.5s"), for the limits
+// that are set.
+func refusalError(r *Refusal, cost int64) *router.Error {
+	retry := r.Reset
+	if r.Reason == "concurrency" {
+		retry = time.Second
+	}
+	e := &router.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", RetryAfter: retry,
+		Details: "kvroute_admission_" + r.Reason}
+	switch r.Reason {
+	case "tokens":
+		e.Message = fmt.Sprintf("kvroute: tenant token budget exceeded: this request needs %d tokens, %d of %d per minute remain", cost, r.TokensRemaining, r.TokenLimit)
+	case "requests":
+		e.Message = fmt.Sprintf("kvroute: tenant request budget exceeded: %d requests per minute", r.RequestLimit)
+	default:
+		e.Message = "kvroute: tenant has too many concurrent requests"
+	}
+	reset := r.Reset.Round(time.Millisecond).String()
+	if r.RequestLimit > 0 {
+		e.Header = append(e.Header, [2]string{"x-ratelimit-limit-requests", strconv.FormatInt(r.RequestLimit, 10)},
+			[2]string{"x-ratelimit-remaining-requests", strconv.FormatInt(r.RequestsRemaining, 10)},
+			[2]string{"x-ratelimit-reset-requests", reset})
+	}
+	if r.TokenLimit > 0 {
+		e.Header = append(e.Header, [2]string{"x-ratelimit-limit-tokens", strconv.FormatInt(r.TokenLimit, 10)},
+			[2]string{"x-ratelimit-remaining-tokens", strconv.FormatInt(r.TokensRemaining, 10)},
+			[2]string{"x-ratelimit-reset-tokens", reset})
+	}
+	return e
+}
+
+// Snapshot returns every tenant's budget state (no keys, no secrets).
+func (a *Admitter) Snapshot() []TenantState {
+	if a == nil {
+		return nil
+	}
+	return a.budget.snapshot(a.now())
+}
+
+// Grant is one admitted request's reservation. Settle, Release or Abort it exactly
+// once (later calls are no-ops); all are safe from any goroutine and nil-safe.
+type Grant struct {
+	a        *Admitter
+	id       Identity
+	label    string
+	res      Reservation
+	want     Want
+	estimate int // output tokens reserved
+	done     atomic.Bool
+}
+
+// Identity is who the grant is for.
+func (g *Grant) Identity() Identity {
+	if g == nil {
+		return Identity{Tenant: Unattributed, Source: "none"}
+	}
+	return g.id
+}
+
+// CountsTokens reports whether the front should count the generated tokens of a
+// streamed response (response.Tracker.CountContent, one JSON decode per SSE event):
+// only for a tenant with a token budget. Without one the count would feed only the
+// settled-token metrics, and a settlement without usage keeps the estimate.
+func (g *Grant) CountsTokens() bool {
+	return g != nil && g.a.LimitsOf(g.id.Tenant).TokensPerMinute > 0
+}
+
+// Reserved is the token cost reserved.
+func (g *Grant) Reserved() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.res.Tokens
+}
+
+// Settle settles the grant from the response: the engine's usage when present
+// (usage_source reported; cached tokens from usage when reported, else the router's
+// prediction); else the generated tokens counted from the stream when counted ≥ 0
+// (counted: content events, one per token as vLLM streams them, a lower bound with
+// speculative decoding); else the reservation's estimate (estimated). The outcome is
+// counted on kvroute_admission_requests_total. An aborted or failed request pays the
+// same way: its prompt and what was streamed.
+func (g *Grant) Settle(res response.Result, counted int) {
+	if g == nil || !g.done.CompareAndSwap(false, true) {
+		return
+	}
+	a := g.a
+	uncached, cached, output, src := 0, 0, 0, ""
+	switch u := res.Usage; {
+	case u.Present:
+		prompt := u.PromptTokens
+		cached = min(max(g.want.CachedTokens, 0), max(prompt, 0))
+		if u.CachedReported {
+			cached = min(u.CachedTokens, max(prompt, 0))
+		}
+		uncached, output, src = prompt-cached, u.CompletionTokens, "reported"
+	default:
+		cached = min(max(g.want.CachedTokens, 0), max(g.want.PromptTokens, 0))
+		uncached = g.want.PromptTokens - cached
+		if counted >= 0 {
+			output, src = counted, "counted"
+		} else {
+			output, src = g.estimate, "estimated"
+		}
+	}
+	g.finish(a.cost(uncached, cached, output), uncached, cached, output, src, res.Outcome)
+}
+
+// Streamed is the counted argument of Settle for a response watched by tr: 0 when no
+// response arrived (tr nil: nothing was generated for the client), the content events
+// counted when tr counts them (response.Tracker.CountContent), else -1 (unknown: the
+// estimate stands).
+func Streamed(tr *response.Tracker) int {
+	switch {
+	case tr == nil:
+		return 0
+	case tr.Counting():
+		return tr.ContentEvents()
+	}
+	return -1
+}
+
+// Release settles a grant whose request reached no worker (a connect failure retried
+// elsewhere): it costs nothing and is not counted as a request.
+func (g *Grant) Release() {
+	if g == nil || !g.done.CompareAndSwap(false, true) {
+		return
+	}
+	g.a.budget.settle(g.res, 0, g.a.now())
+	g.a.m.Settlements.WithLabelValues("released").Inc()
+}
+
+func (g *Grant) finish(actual int64, uncached, cached, output int, src string, o response.Outcome) {
+	a := g.a
+	a.budget.settle(g.res, actual, a.now())
+	a.m.Settlements.WithLabelValues(src).Inc()
+	a.m.TokensSettled.WithLabelValues(g.label, "uncached").Add(float64(max(uncached, 0)))
+	a.m.TokensSettled.WithLabelValues(g.label, "cached").Add(float64(max(cached, 0)))
+	a.m.TokensSettled.WithLabelValues(g.label, "output").Add(float64(max(output, 0)))
+	if o == "" {
+		o = response.OutcomeAborted
+	}
+	a.m.Requests.WithLabelValues(g.label, string(o)).Inc()
+}

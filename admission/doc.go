@@ -1,0 +1,32 @@
+// Package admission is kvroute's admission stage, the same for `serve` (ext_proc) and
+// `proxy`: identity → budget reservation → (router.Pick books) → settlement.
+//
+// A front calls, per request:
+//
+//  1. Identify, before the pick: the tenant from the configured sources
+//     (admission.identity, in order, first that yields wins): a verified JWT claim in
+//     ext_proc metadata_context (Envoy jwt_authn payload_in_metadata), a tenant header
+//     only when it cannot come from the client (ext_proc behind an Envoy that removes
+//     the client's copy; proxy from admission.trusted_peers only — from anyone else it
+//     is ignored and counted), an API key looked up by SHA-256 in admission.api_keys_file;
+//     otherwise Unattributed, or 401 with admission.require_tenant.
+//  2. Reserve, right after router.Pick: the cost w_uncached·uncached prompt +
+//     w_cached·cached prompt + w_output·min(max_tokens, default_output_tokens), from the
+//     router's own counts (Ticket.PromptTokens, Ticket.CachedTokens), checked and charged
+//     in one step against the tenant's tokens per minute, requests per minute and
+//     concurrency. A refusal is a 429 *router.Error with Retry-After and OpenAI's
+//     x-ratelimit-* headers (the front aborts the ticket and answers through
+//     router.ErrorReply).
+//  3. Grant.Settle, once, when the ticket ends (completed or aborted): the actual cost
+//     replaces the reservation — from usage when the engine reported it, else from the
+//     generated tokens counted in the stream (tenants with a token budget,
+//     Grant.CountsTokens), else the estimate stands
+//     (kvroute_admission_settlements_total{usage_source}).
+//
+// Budgets use fixed one-minute windows. The local backend keeps them in memory under
+// one mutex: reserve is check-and-charge in one step, so concurrent requests against a
+// budget of exactly K tokens admit exactly what fits.
+//
+// Not done yet (issue 14): QoS classes, queueing in kvroute and fair dispatch; a redis
+// backend for several replicas; a learned per-tenant output estimate; per-day windows.
+package admission

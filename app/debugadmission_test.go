@@ -1,0 +1,80 @@
+package app
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/config"
+)
+
+// /debug/admission shows each tenant's limits and window state, never a key or its hash.
+func TestDebugAdmission(t *testing.T) {
+	sum := sha256.Sum256([]byte("sk-secret-key"))
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte(hex.EncodeToString(sum[:])+" acme\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Admission.Identity = []string{"api_key"}
+	cfg.Admission.APIKeysFile = keys
+	cfg.Admission.Tenants = []config.TenantLimits{{Name: "acme", Limits: config.Limits{TokensPerMinute: 5000}}}
+	a, err := New(&cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same stage on a fixed clock, so that no budget window ends mid-test.
+	if a.Admission, err = admission.New(admission.Options{Config: cfg.Admission, Metrics: a.Metrics,
+		Now: func() time.Time { return time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC) }}); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := a.Admission.Identify(admission.Input{Header: func(k string) string {
+		if k == "authorization" {
+			return "Bearer sk-secret-key"
+		}
+		return ""
+	}})
+	if _, err := a.Admission.Reserve(id, admission.Want{PromptTokens: 100, MaxTokens: 20}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.AdminHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/debug/admission")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var out struct {
+		Tenants []admission.TenantState `json:"tenants"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %v %s", resp.StatusCode, err, raw)
+	}
+	if len(out.Tenants) != 1 || out.Tenants[0].Tenant != "acme" || out.Tenants[0].WindowTokens != 120 ||
+		out.Tenants[0].Concurrent != 1 || out.Tenants[0].Limits.TokensPerMinute != 5000 {
+		t.Fatalf("%s", raw)
+	}
+	if strings.Contains(string(raw), "sk-secret") || strings.Contains(string(raw), hex.EncodeToString(sum[:])[:16]) {
+		t.Fatalf("a key or its hash leaked: %s", raw)
+	}
+}
+
+// A missing API key file fails start with an error naming the file, not a key.
+func TestAdmissionKeyFileMissing(t *testing.T) {
+	cfg := config.Default()
+	cfg.Admission.Identity = []string{"api_key"}
+	cfg.Admission.APIKeysFile = filepath.Join(t.TempDir(), "nope")
+	if _, err := New(&cfg, nil); err == nil || !strings.Contains(err.Error(), "api key file") {
+		t.Fatalf("want a start error, got %v", err)
+	}
+}
