@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvroute/kvroute/config"
 )
 
 // Unattributed is the tenant of a request no identity source attributes.
@@ -194,4 +196,14 @@ func (a *Admitter) trusted(peer netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// TenantHeader is the request header a trusted edge sets to the tenant
+// (admission.tenant_header; the default when a is nil). Fronts remove it before
+// forwarding, so nothing behind the worker can be misled by a client's copy.
+func (a *Admitter) TenantHeader() string {
+	if a == nil {
+		return config.Default().Admission.TenantHeader
+	}
+	return a.cfg.TenantHeader
 }

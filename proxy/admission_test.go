@@ -180,3 +180,37 @@ func TestProxyBudgetSettleAndRefuse(t *testing.T) {
 }
 
 func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o600) }
+
+// The tenant header is kvroute's input only: neither a client's forged copy nor a
+// trusted edge's reaches the worker (something behind it could trust it).
+func TestTenantHeaderNotForwarded(t *testing.T) {
+	seen := make(chan string, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("X-Kvroute-Tenant")
+		sseWorker().ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "w", Address: strings.TrimPrefix(up.URL, "http://"), Models: []string{"m"}}})
+	ms := metrics.NewUnregistered()
+	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms})
+	for _, trusted := range []string{"10.0.0.0/8", "127.0.0.0/8"} {
+		c := config.Default().Admission
+		c.Identity, c.TrustedPeers = []string{"header"}, []string{trusted, "::1/128"}
+		adm, err := admission.New(admission.Options{Config: c, Metrics: ms, Now: midMinute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []*admission.Admitter{adm, nil} {
+			srv := httptest.NewServer(New(Options{Router: r, Config: config.Default().ExtProc, Metrics: ms, Admission: a}))
+			resp, body := admPost(t, srv.URL+"/v1/chat/completions", chatBody, map[string]string{"X-Kvroute-Tenant": "forged"})
+			srv.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			if got := <-seen; got != "" {
+				t.Fatalf("trusted %s, admission %v: the worker received x-kvroute-tenant %q", trusted, a != nil, got)
+			}
+		}
+	}
+}

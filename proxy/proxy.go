@@ -415,6 +415,11 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	if d := h.opt.Config.DestinationHeader; d != "" {
 		pr.Out.Header.Set(d, f.ticket.Address)
 	}
+	// The tenant header is kvroute's input (trusted only from trusted_peers), never
+	// forwarded: a client's forged copy must not reach anything behind the worker.
+	if th := h.opt.Admission.TenantHeader(); th != "" {
+		pr.Out.Header.Del(th)
+	}
 	// The worker continues the trace from kvroute's route span (W3C traceparent).
 	f.route.Inject(pr.Out.Header.Set)
 }
