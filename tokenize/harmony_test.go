@@ -361,3 +361,22 @@ func TestHarmonyService(t *testing.T) {
 		t.Fatal("completions are still shadow-checked")
 	}
 }
+
+// BenchmarkHarmony: a gpt-oss chat with the three tools of format.md, a tool call
+// and its result, rendered to ids.
+func BenchmarkHarmony(b *testing.B) {
+	base := loadFamily(b, "gptoss")
+	req, err := request.Parse(request.APIChat, []byte(`{"model":"m","reasoning_effort":"high","tools":`+formatMDTools+`,"messages":[
+		{"role":"user","content":"What is the weather like in SF?"},
+		{"role":"assistant","reasoning":"Need to use function get_weather.","tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"San Francisco\"}"}}]},
+		{"role":"tool","tool_call_id":"c","content":"{\"sunny\": true, \"temperature\": 20}"}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for range b.N {
+		if _, _, err := base.RenderHarmony(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
