@@ -117,8 +117,15 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		tms = append(tms, mc)
 	}
 	var tokRR atomic.Uint64
+	harmonyLoc := time.UTC
+	if cfg.Tokenize.HarmonyTimeZone != "" {
+		if harmonyLoc, err = time.LoadLocation(cfg.Tokenize.HarmonyTimeZone); err != nil {
+			return nil, fmt.Errorf("tokenize.harmony_time_zone: %w", err)
+		}
+	}
 	a.Tokenize, err = tokenize.NewService(tokenize.ServiceOptions{Models: tms, Metrics: ms.Tokenize, Logger: logger,
-		Load: tokenize.Options{CacheBytes: cfg.Tokenize.CacheBytes, MinCachedSegment: cfg.Tokenize.MinCachedSegment},
+		Load: tokenize.Options{CacheBytes: cfg.Tokenize.CacheBytes, MinCachedSegment: cfg.Tokenize.MinCachedSegment,
+			Harmony: tokenize.HarmonyOptions{Location: harmonyLoc, StartDate: cfg.Tokenize.HarmonyStartDate}},
 		Shadow: tokenize.ShadowOptions{Fraction: cfg.Tokenize.Shadow.Fraction, MaxPerSecond: cfg.Tokenize.Shadow.MaxPerSecond,
 			MismatchRate: cfg.Tokenize.Shadow.MismatchRate, MinChecks: cfg.Tokenize.Shadow.MinChecks, Timeout: cfg.Tokenize.Shadow.Timeout},
 		Addresses: func(model string) []string {

@@ -17,6 +17,12 @@ type Tokenize struct {
 	MinCachedSegment int `mapstructure:"min_cached_segment"`
 	// Shadow is the shadow check of local ids against the picked worker's /tokenize.
 	Shadow TokenizeShadow `mapstructure:"shadow"`
+	// HarmonyTimeZone is the IANA time zone of the engine hosts, whose local date
+	// vLLM writes into every gpt-oss (harmony) chat prompt; "" = UTC.
+	HarmonyTimeZone string `mapstructure:"harmony_time_zone"`
+	// HarmonyStartDate pins that date (YYYY-MM-DD) as vLLM's VLLM_SYSTEM_START_DATE
+	// does; "" = the current date in HarmonyTimeZone.
+	HarmonyStartDate string `mapstructure:"harmony_start_date"`
 }
 
 // TokenizeShadow configures the shadow check (tokenize.ShadowOptions): 0 selects each
@@ -49,6 +55,16 @@ func validateTokenize(t Tokenize) error {
 		return fieldErr("tokenize.shadow.min_checks", "must be ≥ 0, got %d", sh.MinChecks)
 	case sh.Timeout < 0:
 		return fieldErr("tokenize.shadow.timeout", "must be ≥ 0, got %s", sh.Timeout)
+	}
+	if t.HarmonyTimeZone != "" {
+		if _, err := time.LoadLocation(t.HarmonyTimeZone); err != nil {
+			return fieldErr("tokenize.harmony_time_zone", "unknown time zone %q: %v", t.HarmonyTimeZone, err)
+		}
+	}
+	if t.HarmonyStartDate != "" {
+		if _, err := time.Parse("2006-01-02", t.HarmonyStartDate); err != nil {
+			return fieldErr("tokenize.harmony_start_date", "must be YYYY-MM-DD, got %q", t.HarmonyStartDate)
+		}
 	}
 	return nil
 }

@@ -54,3 +54,23 @@ func TestTokenizeShadowValidation(t *testing.T) {
 		t.Errorf("negative budget: %v", err)
 	}
 }
+
+func TestTokenizeHarmonyValidation(t *testing.T) {
+	for _, c := range []struct {
+		tk   Tokenize
+		want string
+	}{
+		{Tokenize{}, ""},
+		{Tokenize{HarmonyTimeZone: "America/Los_Angeles", HarmonyStartDate: "2025-06-28"}, ""},
+		{Tokenize{HarmonyTimeZone: "Mars/Olympus"}, "tokenize.harmony_time_zone"},
+		{Tokenize{HarmonyStartDate: "28.06.2025"}, "tokenize.harmony_start_date"},
+	} {
+		err := validateTokenize(c.tk)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: unexpected error %v", c.tk, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: error %v, want one naming %s", c.tk, err, c.want)
+		}
+	}
+}

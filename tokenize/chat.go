@@ -53,6 +53,10 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 // tokens, chat_template_kwargs, and reasoning_effort → enable_thinking.
 // The result is tokenized with EncodeText(text, false).
 func (m *Model) RenderChat(req *request.Request) (string, error) {
+	if m.harmony != nil {
+		_, text, err := m.RenderHarmony(req)
+		return text, err
+	}
 	if m.chat == nil {
 		return "", m.chatErr
 	}

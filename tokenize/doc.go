@@ -53,11 +53,19 @@
 // (prepend_scheme always/first/never, split on or off) and Gemma's Split on " " after
 // a normalizer that left no space; byte_fallback to <0xNN> tokens, else the unknown
 // token (fused with fuse_unk). Checked against the goldens of gemma3 and llama2 and
-// three Metaspace variants of Llama 2's file (TestMetaspaceExact). gpt-oss has
-// no Jinja chat template (vLLM renders it with openai_harmony): its chat requests fail
-// over to the remote path. Harmony rendering is not implemented: no runnable reference
-// is reachable here, and vLLM's harmony system message carries the engine host's
-// current date.
+// three Metaspace variants of Llama 2's file (TestMetaspaceExact).
+//
+// gpt-oss chat (harmony.go): vLLM renders it with openai_harmony, not Jinja, and so
+// does this package for a tokenizer with harmony's formatting tokens (RenderHarmony):
+// system message with the engine host's date (HarmonyOptions: time zone, default UTC,
+// or a pinned date), tools as a TypeScript-like "functions" namespace in a developer
+// message, reasoning → analysis, content → final, tool calls → commentary
+// to=functions.NAME, tool results → functions.NAME to=assistant, analysis dropped as
+// vLLM and harmony drop it. Checked against harmony's own expected renderings
+// (testdata/harmony, TestHarmonyGoldens). What the references disagree on or what
+// was not checked (system/developer role messages, oneOf schemas, …) is refused with
+// ErrContent, so those requests take the remote path. The shadow check skips harmony
+// chat: vLLM's /tokenize renders messages with the HF template, not harmony.
 //
 // # How it is fast
 //
@@ -77,6 +85,7 @@
 //	doc.go, tokenize.go     Tokenizer interface, Path, Result, GivenOnly
 //	load.go, jsonscan.go    tokenizer.json / tokenizer_config.json, hub cache layout
 //	model.go                Model, LoadModel, EncodeText, post-processor rules
+//	harmony.go              gpt-oss chat rendered as openai_harmony does
 //	bytelevel.go, bpe.go    byte-level alphabet, merges by rank
 //	sentencepiece.go        SentencePiece-style BPE: normalizers, Metaspace, byte fallback
 //	pretok.go               hand-written Split pre-tokenizers

@@ -34,6 +34,10 @@ type Model struct {
 	additional []string
 	chat       *chatTemplate // nil: no template (chatErr says why)
 	chatErr    error
+	// harmony is set for gpt-oss (o200k_harmony): chat requests are rendered by
+	// harmony.go, as vLLM does with openai_harmony, not by a Jinja template.
+	harmony     *harmonyIDs
+	harmonyOpts HarmonyOptions
 
 	cache *segmentCache
 }
@@ -46,6 +50,9 @@ type Options struct {
 	CacheBytes int64
 	// MinCachedSegment is the shortest text run, in bytes, worth caching. 0 means 256.
 	MinCachedSegment int
+	// Harmony sets the engine-side inputs of gpt-oss chat rendering (the date in the
+	// system message).
+	Harmony HarmonyOptions
 }
 
 // DefaultCacheBytes is the segment cache bound when Options.CacheBytes is 0: 64 MiB,
@@ -108,6 +115,12 @@ func LoadModel(dir string, opts Options) (*Model, error) {
 	}
 	if err := m.loadConfig(d, &t); err != nil {
 		return nil, err
+	}
+	// vLLM renders gpt-oss chat with openai_harmony whatever chat_template.jinja says;
+	// harmony's formatting tokens (<|start|>, <|channel|>, <|constrain|>, <|call|>, …)
+	// are o200k_harmony's, i.e. gpt-oss.
+	if m.harmony = harmonyFor(m); m.harmony != nil {
+		m.harmonyOpts, m.chatErr = opts.Harmony, nil
 	}
 	cb := opts.CacheBytes
 	if cb == 0 {

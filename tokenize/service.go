@@ -460,6 +460,14 @@ func (s *Service) local(st *modelState, req *request.Request) (Result, string) {
 func LocalTokens(m *Model, req *request.Request) ([][]uint32, error) {
 	switch req.API {
 	case request.APIChat, request.APIMessages:
+		if m.harmony != nil {
+			// Harmony renders ids directly; add_special_tokens does not apply.
+			ids, _, err := m.RenderHarmony(req)
+			if err != nil {
+				return nil, err
+			}
+			return [][]uint32{ids}, nil
+		}
 		text, err := m.RenderChat(req)
 		if err != nil {
 			return nil, err

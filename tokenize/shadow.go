@@ -119,6 +119,13 @@ func (s *Service) Shadow(req *request.Request, path Path, tokens []uint32, addr 
 	if st == nil {
 		return
 	}
+	if st.model != nil && st.model.IsHarmony() && req.API != request.APICompletions {
+		// vLLM's /tokenize renders messages with the Hugging Face chat template
+		// (apply_chat_template), not with harmony as its chat endpoint does: the two
+		// are not comparable, and a "mismatch" would switch the model to a path that
+		// is itself not the engine's prompt.
+		return
+	}
 	if s.shadowOpt.Fraction < 1 && rand.Float64() >= s.shadowOpt.Fraction {
 		return
 	}
