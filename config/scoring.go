@@ -82,7 +82,9 @@ type Scrape struct {
 	Interval time.Duration `mapstructure:"interval"`
 	// Timeout of one scrape; 0 → min(interval, 5s).
 	Timeout time.Duration `mapstructure:"timeout"`
-	// FailuresBeforeUnhealthy consecutive failures mark a worker unhealthy.
+	// FailuresBeforeUnhealthy consecutive failures mark a worker unhealthy. A timeout
+	// while kvroute itself ran ≥ timeout/10 late (its heartbeat lag) is inconclusive and
+	// does not count: a router starved of CPU does not mark instant workers down.
 	FailuresBeforeUnhealthy int `mapstructure:"failures_before_unhealthy"`
 }
 

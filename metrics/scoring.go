@@ -38,7 +38,8 @@ type Scoring struct {
 
 	// ScrapeDuration is the time of one vLLM /metrics scrape (label worker), seconds.
 	ScrapeDuration *prometheus.HistogramVec
-	// ScrapeErrors counts failed scrapes (labels worker, reason: http, status, parse).
+	// ScrapeErrors counts failed scrapes (labels worker, reason: http, timeout, status,
+	// parse, starved — a timeout while kvroute itself ran late, not counted for health).
 	ScrapeErrors *prometheus.CounterVec
 	// ScrapeHealthy is 1 while a worker's scrapes succeed, 0 once it is marked unhealthy.
 	ScrapeHealthy *prometheus.GaugeVec
@@ -75,7 +76,7 @@ func newScoring(reg prometheus.Registerer) *Scoring {
 		ScrapeDuration: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: "workers",
 			Name: "scrape_duration_seconds", Help: "Time of one vLLM /metrics scrape.", Buckets: FastBuckets}, w)),
 		ScrapeErrors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "workers",
-			Name: "scrape_errors_total", Help: "Failed vLLM /metrics scrapes by reason (http, status, parse)."}, []string{"worker", "reason"})),
+			Name: "scrape_errors_total", Help: "Failed vLLM /metrics scrapes by reason (http, timeout, status, parse; starved: timed out while kvroute itself ran late, not counted against the worker)."}, []string{"worker", "reason"})),
 		ScrapeHealthy: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: "workers",
 			Name: "scrape_healthy", Help: "1 while a worker's /metrics scrapes succeed; 0 once consecutive failures marked it unhealthy."}, w)),
 	}

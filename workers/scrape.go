@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -19,10 +20,11 @@ import (
 
 // Scrape errors, one per failure class (counted by reason).
 var (
-	ErrScrapeHTTP   = errors.New("workers: scrape request failed")
-	ErrScrapeStatus = errors.New("workers: scrape returned a non-200 status")
-	ErrScrapeParse  = errors.New("workers: scrape body is not Prometheus text")
-	ErrNoVLLMSeries = errors.New("workers: no vllm load metric in the scrape")
+	ErrScrapeHTTP    = errors.New("workers: scrape request failed")
+	ErrScrapeTimeout = errors.New("workers: scrape timed out")
+	ErrScrapeStatus  = errors.New("workers: scrape returned a non-200 status")
+	ErrScrapeParse   = errors.New("workers: scrape body is not Prometheus text")
+	ErrNoVLLMSeries  = errors.New("workers: no vllm load metric in the scrape")
 )
 
 // vLLM metric names read by the scraper (vllm/v1/metrics/loggers.py). The KV usage
@@ -109,6 +111,19 @@ type ScrapeOptions struct {
 	// changed between two successful scrapes (the worker restarted: its KV cache is
 	// empty), before the scrape's load and health are recorded.
 	OnRestart func(worker string)
+	// Lag reports the largest delay kvroute's own goroutines saw between being due and
+	// running during [from, to] (times from Now). A scrape that timed out while
+	// max(Lag, its own overshoot of Timeout) ≥ StarvedLag is inconclusive: kvroute was
+	// too starved of CPU to do its side of the exchange in time, so the timeout says
+	// nothing about the worker; it is counted (reason "starved") but neither adds to nor
+	// resets the worker's consecutive failures. Refusals, resets, bad statuses and bodies
+	// always count. nil → a LagMonitor heartbeat that Run starts (ScrapeOnce alone then
+	// sees only the overshoot).
+	Lag func(from, to time.Time) time.Duration
+	// StarvedLag is the scheduling delay from which a timeout is inconclusive; 0 →
+	// Timeout/10 (100 ms at the 1 s default: an idle Go process wakes within a
+	// millisecond or two; a scrape needs several wake-ups, each delayed as much).
+	StarvedLag time.Duration
 }
 
 // Scraper polls every registered worker's vLLM GET http://<address>/metrics and
@@ -120,6 +135,7 @@ type Scraper struct {
 	mu     sync.Mutex         // guards fails, starts
 	fails  map[string]int     // worker → consecutive failures
 	starts map[string]float64 // worker → last process_start_time_seconds seen
+	lagMon *LagMonitor        // the default Lag (nil when ScrapeOptions.Lag is set)
 }
 
 // NewScraper returns a scraper over reg; nothing runs until Run or ScrapeOnce.
@@ -142,12 +158,27 @@ func NewScraper(reg *Registry, o ScrapeOptions) *Scraper {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Scraper{reg: reg, o: o, fails: map[string]int{}, starts: map[string]float64{}}
+	if o.StarvedLag <= 0 {
+		o.StarvedLag = o.Timeout / 10
+	}
+	s := &Scraper{reg: reg, o: o, fails: map[string]int{}, starts: map[string]float64{}}
+	if o.Lag == nil {
+		s.lagMon = NewLagMonitor(0)
+		s.lagMon.now = o.Now
+		s.o.Lag = s.lagMon.Max
+	}
+	return s
 }
 
 // Run scrapes every Interval until ctx is cancelled, then returns (after the round in
 // flight, whose requests are cancelled with ctx). The first round starts at once.
 func (s *Scraper) Run(ctx context.Context) {
+	if s.lagMon != nil {
+		lagCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { s.lagMon.Run(lagCtx); close(done) }()
+		defer func() { stop(); <-done }()
+	}
 	tk := time.NewTicker(s.o.Interval)
 	defer tk.Stop()
 	for {
@@ -191,13 +222,24 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 }
 
 func (s *Scraper) scrapeWorker(ctx context.Context, w *Worker) {
-	start := time.Now()
+	start, t0 := time.Now(), s.o.Now()
 	l, err := s.fetch(ctx, w)
 	if s.o.Metrics != nil {
 		s.o.Metrics.ScrapeDuration.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
 	}
 	if ctx.Err() != nil {
 		return // shutting down: not the worker's fault
+	}
+	if errors.Is(err, ErrScrapeTimeout) {
+		t1 := s.o.Now()
+		if lag := max(s.o.Lag(t0, t1), t1.Sub(t0)-s.o.Timeout); lag >= s.o.StarvedLag {
+			if s.o.Metrics != nil {
+				s.o.Metrics.ScrapeErrors.WithLabelValues(w.Name, "starved").Inc()
+			}
+			s.o.Logger.Debug("scrape timed out while kvroute itself was starved: not counted against the worker",
+				"worker", w.Name, "lag", lag, "timeout", s.o.Timeout)
+			return
+		}
 	}
 	s.mu.Lock()
 	if err != nil {
@@ -210,6 +252,8 @@ func (s *Scraper) scrapeWorker(ctx context.Context, w *Worker) {
 	if err != nil {
 		reason := "http"
 		switch {
+		case errors.Is(err, ErrScrapeTimeout):
+			reason = "timeout"
 		case errors.Is(err, ErrScrapeStatus):
 			reason = "status"
 		case errors.Is(err, ErrScrapeParse), errors.Is(err, ErrNoVLLMSeries):
@@ -249,9 +293,24 @@ func (s *Scraper) scrapeWorker(ctx context.Context, w *Worker) {
 	}
 }
 
+// fetch scrapes w once within Timeout. Any failure after the deadline passed (dial,
+// headers, or the body cut mid-read) is ErrScrapeTimeout.
 func (s *Scraper) fetch(ctx context.Context, w *Worker) (Load, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
+	l, err := s.fetchOnce(ctx, w)
+	if err != nil && !errors.Is(err, ErrScrapeTimeout) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return Load{}, fmt.Errorf("%w after %s: %v", ErrScrapeTimeout, s.o.Timeout, err)
+	}
+	return l, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+func (s *Scraper) fetchOnce(ctx context.Context, w *Worker) (Load, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.Address+"/metrics", nil)
 	if err != nil {
 		return Load{}, fmt.Errorf("%w: %v", ErrScrapeHTTP, err)
@@ -259,6 +318,9 @@ func (s *Scraper) fetch(ctx context.Context, w *Worker) (Load, error) {
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	resp, err := s.o.Client.Do(req)
 	if err != nil {
+		if isTimeout(err) {
+			return Load{}, fmt.Errorf("%w after %s: %v", ErrScrapeTimeout, s.o.Timeout, err)
+		}
 		return Load{}, fmt.Errorf("%w: %v", ErrScrapeHTTP, err)
 	}
 	defer resp.Body.Close()

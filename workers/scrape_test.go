@@ -3,10 +3,13 @@ package workers
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -196,5 +199,136 @@ func TestScraperReportsRestart(t *testing.T) {
 	s.ScrapeOnce(ctx)
 	if len(restarts) != 1 {
 		t.Fatalf("restarts %v: the same start time again is no restart", restarts)
+	}
+}
+
+// fakeClock is a settable clock for ScrapeOptions.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Issue 17 defect: with 1 MB bodies at concurrency ≥ 50, kvroute was too starved of CPU
+// to finish a scrape of an instant worker within the 1 s timeout, three rounds in a row,
+// and marked every worker unhealthy (503 "no healthy worker"). The starvation is injected
+// deterministically: the transport advances the scraper's clock past the deadline (our
+// goroutine descheduled for 3 s) before failing with the deadline error, as net/http does
+// when the deadline passes. Before the fix the worker was marked unhealthy after 3 rounds.
+func TestScrapeTimeoutWhileKvrouteStarvedDoesNotMarkWorkerDown(t *testing.T) {
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var starve atomic.Bool
+	starve.Store(true)
+	client := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		if starve.Load() {
+			clk.Advance(3 * time.Second) // kvroute did not run for 3 s
+			return nil, context.DeadlineExceeded
+		}
+		return &http.Response{StatusCode: 200, Body: ioNopCloser(vllmMetrics), Header: http.Header{}}, nil
+	})}
+	reg := NewRegistry()
+	reg.Set([]*Worker{{Name: "w", Address: "fake"}})
+	ms := metrics.NewUnregistered().Scoring
+	s := NewScraper(reg, ScrapeOptions{Interval: time.Second, Client: client, Now: clk.Now, Metrics: ms,
+		Lag: func(from, to time.Time) time.Duration { return 0 }}) // only the scrape's own overshoot
+	ctx := context.Background()
+	for range 5 {
+		s.ScrapeOnce(ctx)
+	}
+	if !reg.Healthy("w") {
+		t.Fatal("5 scrapes that timed out only because kvroute was starved marked the worker unhealthy")
+	}
+	if got := testutil.ToFloat64(ms.ScrapeErrors.WithLabelValues("w", "starved")); got != 5 {
+		t.Fatalf("starved scrapes counted %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(ms.ScrapeErrors.WithLabelValues("w", "timeout")); got != 0 {
+		t.Fatalf("starved scrapes must not count as worker timeouts: %v", got)
+	}
+	starve.Store(false)
+	s.ScrapeOnce(ctx)
+	if l := reg.Load("w"); l.Waiting != 3 {
+		t.Fatalf("the next scrape records the load: %+v", l)
+	}
+}
+
+// The heartbeat's lag (ScrapeOptions.Lag) makes a timeout inconclusive too; a worker that
+// is slow while kvroute runs on time is still marked unhealthy, and a refused connection
+// counts even while kvroute is starved. Virtual time (synctest): the 1 s timeouts pass at once.
+func TestScrapeTimeoutCountsOnlyWhenKvrouteRanOnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var refuse atomic.Bool
+		hang := roundTrip(func(r *http.Request) (*http.Response, error) {
+			if refuse.Load() {
+				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			}
+			<-r.Context().Done() // a worker that never answers
+			return nil, r.Context().Err()
+		})
+		var lag atomic.Int64
+		reg := NewRegistry()
+		reg.Set([]*Worker{{Name: "w", Address: "fake"}})
+		ms := metrics.NewUnregistered().Scoring
+		s := NewScraper(reg, ScrapeOptions{Interval: time.Second, Client: &http.Client{Transport: hang}, Metrics: ms,
+			Lag: func(from, to time.Time) time.Duration { return time.Duration(lag.Load()) }})
+		ctx := context.Background()
+
+		lag.Store(int64(400 * time.Millisecond)) // heartbeat 400 ms late: kvroute starved
+		for range 5 {
+			s.ScrapeOnce(ctx)
+		}
+		if !reg.Healthy("w") {
+			t.Fatal("timeouts while the heartbeat ran 400 ms late must not mark the worker down")
+		}
+		lag.Store(int64(2 * time.Millisecond)) // kvroute on time: the worker is the slow one
+		for i := range 3 {
+			if !reg.Healthy("w") {
+				t.Fatalf("marked down after %d timeouts, want 3 (the inconclusive ones must not add)", i)
+			}
+			s.ScrapeOnce(ctx)
+		}
+		if reg.Healthy("w") {
+			t.Fatal("3 timeouts with kvroute on time must mark the worker unhealthy")
+		}
+		if got := testutil.ToFloat64(ms.ScrapeErrors.WithLabelValues("w", "timeout")); got != 3 {
+			t.Fatalf("timeouts counted %v, want 3", got)
+		}
+
+		reg.SetHealthy("w", true)
+		s.fails["w"] = 0
+		refuse.Store(true)
+		lag.Store(int64(time.Second))
+		for range 3 {
+			s.ScrapeOnce(ctx)
+		}
+		if reg.Healthy("w") {
+			t.Fatal("refused connections count even while kvroute is starved")
+		}
+	})
+}
+
+func TestLagMonitorMax(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := NewLagMonitor(50 * time.Millisecond)
+	if got := m.Max(t0, t0.Add(time.Hour)); got != 0 {
+		t.Fatalf("not running: lag %v, want 0", got)
+	}
+	m.beat(t0)                             // first beat: due t0+50ms
+	m.beat(t0.Add(350 * time.Millisecond)) // ran 300 ms late; due t0+400ms
+	m.beat(t0.Add(410 * time.Millisecond)) // 10 ms late; due t0+460ms
+	if got := m.Max(t0, t0.Add(450*time.Millisecond)); got != 300*time.Millisecond {
+		t.Fatalf("Max over both beats = %v, want 300ms", got)
+	}
+	if got := m.Max(t0.Add(400*time.Millisecond), t0.Add(450*time.Millisecond)); got != 10*time.Millisecond {
+		t.Fatalf("Max after the late beat = %v, want 10ms", got)
+	}
+	// The pending beat (due t0+460ms) has not run at t0+960ms: 500 ms overdue.
+	if got := m.Max(t0.Add(400*time.Millisecond), t0.Add(960*time.Millisecond)); got != 500*time.Millisecond {
+		t.Fatalf("overdue pending beat = %v, want 500ms", got)
 	}
 }
