@@ -20,11 +20,11 @@ import (
 
 // Names of the Envoy extensions kvroute's configuration relies on.
 const (
-	ExtProcFilter       = "envoy.filters.http.ext_proc"
-	RouterFilter        = "envoy.filters.http.router"
+	ExtProcFilter = "envoy.filters.http.ext_proc"
+	RouterFilter  = "envoy.filters.http.router"
 	// JWTAuthnFilter is Envoy's JWT filter; it writes verified payloads under this
 	// dynamic metadata namespace whatever the filter is named in the configuration.
-	JWTAuthnFilter = "envoy.filters.http.jwt_authn"
+	JWTAuthnFilter      = "envoy.filters.http.jwt_authn"
 	HTTPProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 )
 
