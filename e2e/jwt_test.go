@@ -102,7 +102,7 @@ func claimsFor(c Config, sub string) map[string]any {
 func tenantRequests(f *fixture, tenant string) float64 {
 	var n float64
 	for _, o := range []string{"ok", "client_error", "upstream_error", "error_event", "truncated", "aborted", "expired", "rejected"} {
-		n += testutil.ToFloat64(f.app.Metrics.Admission.Requests.WithLabelValues(tenant, o))
+		n += testutil.ToFloat64(f.app.Metrics.Admission.Requests.WithLabelValues(tenant, "default", o))
 	}
 	return n
 }
@@ -124,8 +124,16 @@ func TestJWTTenantFromVerifiedClaim(t *testing.T) {
 	if st != 200 {
 		t.Fatalf("status %d: %s", st, body)
 	}
-	if got := tenantRequests(f, "team-a"); got != 1 {
-		t.Fatalf("team-a requests %v, want 1 (the verified claim)", got)
+	// A streamed request: the tenant's TTFT is observed at its first token.
+	if st, _, body := f.do("POST", "/v1/chat/completions", chatStream, "Authorization", "Bearer "+tok); st != 200 {
+		t.Fatalf("status %d: %s", st, body)
+	}
+	f.waitInFlight(0)
+	if got := tenantRequests(f, "team-a"); got != 2 {
+		t.Fatalf("team-a requests %v, want 2 (the verified claim)", got)
+	}
+	if n := testutil.CollectAndCount(f.app.Metrics.Admission.TTFT, "kvroute_admission_time_to_first_token_seconds"); n != 1 {
+		t.Fatalf("per-tenant TTFT children %d, want 1 (team-a)", n)
 	}
 	if tenantRequests(f, "team-b")+tenantRequests(f, admission.Unattributed) != 0 {
 		t.Fatal("the client's header attributed the request")
