@@ -71,11 +71,17 @@ type Want struct {
 	PromptTokens int // router.Ticket.PromptTokens (0 unknown)
 	CachedTokens int // router.Ticket.CachedTokens: the predicted cached prefix
 	MaxTokens    int // request max_tokens; 0 absent
+	// Class is the request's QoS class, the class label of the per-tenant metrics
+	// ("" → DefaultClass).
+	Class string
+
+	ticket *router.Ticket // WantOf's: its first token feeds the per-tenant TTFT
 }
 
-// WantOf is the Want of a picked ticket for a request with maxTokens.
+// WantOf is the Want of a picked ticket for a request with maxTokens; the grant
+// observes the ticket's TTFT (router.Ticket.OnFirstToken).
 func WantOf(t *router.Ticket, maxTokens int) Want {
-	return Want{PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens, MaxTokens: maxTokens}
+	return Want{PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens, MaxTokens: maxTokens, ticket: t}
 }
 
 // cost prices tokens with admission.weights: w_uncached·uncached + w_cached·cached +
@@ -110,22 +116,28 @@ func (a *Admitter) Reserve(id Identity, w Want) (*Grant, error) {
 	}
 	est := a.outputEstimate(w.MaxTokens)
 	cached := min(max(w.CachedTokens, 0), max(w.PromptTokens, 0))
-	cost := a.cost(w.PromptTokens-cached, cached, est)
+	uncached := max(w.PromptTokens-cached, 0)
+	cost := a.cost(uncached, cached, est)
 	lim := a.LimitsOf(id.Tenant)
 	res, ref := a.budget.reserve(id.Tenant, lim, cost, a.now())
+	l := a.labels.Labels(id.Tenant, w.Class)
 	if ref != nil {
-		a.refuse(id.Tenant, ref.Reason)
+		a.refuse(l, ref.Reason)
 		return nil, refusalError(ref, cost)
 	}
-	label := a.labels.Label(id.Tenant)
-	a.m.TokensReserved.WithLabelValues(label).Add(float64(cost))
-	return &Grant{a: a, id: id, label: label, res: res, want: w, estimate: est}, nil
+	a.m.TokensReserved.WithLabelValues(l[0], l[1], "uncached").Add(float64(uncached))
+	a.m.TokensReserved.WithLabelValues(l[0], l[1], "cached").Add(float64(cached))
+	a.m.TokensReserved.WithLabelValues(l[0], l[1], "output").Add(float64(est))
+	if w.ticket != nil {
+		w.ticket.OnFirstToken(func(d time.Duration) { a.m.TTFT.WithLabelValues(l[0], l[1]).Observe(d.Seconds()) })
+	}
+	return &Grant{a: a, id: id, labels: l, res: res, want: w, estimate: est}, nil
 }
 
-func (a *Admitter) refuse(tenant, reason string) {
-	l := a.labels.Label(tenant)
-	a.m.Refused.WithLabelValues(l, reason).Inc()
-	a.m.Requests.WithLabelValues(l, string(response.OutcomeRejected)).Inc()
+// refuse counts a refusal under labels l (Labeler.Labels).
+func (a *Admitter) refuse(l [2]string, reason string) {
+	a.m.Refused.WithLabelValues(l[0], l[1], reason).Inc()
+	a.m.Requests.WithLabelValues(l[0], l[1], string(response.OutcomeRejected)).Inc()
 }
 
 // refusalError is the 429 for r: Retry-After is the window's end for the token and
@@ -174,7 +186,7 @@ func (a *Admitter) Snapshot() []TenantState {
 type Grant struct {
 	a        *Admitter
 	id       Identity
-	label    string
+	labels   [2]string // tenant, class (Labeler.Labels)
 	res      Reservation
 	want     Want
 	estimate int // output tokens reserved
@@ -266,11 +278,12 @@ func (g *Grant) finish(actual int64, uncached, cached, output int, src string, o
 	a := g.a
 	a.budget.settle(g.res, actual, a.now())
 	a.m.Settlements.WithLabelValues(src).Inc()
-	a.m.TokensSettled.WithLabelValues(g.label, "uncached").Add(float64(max(uncached, 0)))
-	a.m.TokensSettled.WithLabelValues(g.label, "cached").Add(float64(max(cached, 0)))
-	a.m.TokensSettled.WithLabelValues(g.label, "output").Add(float64(max(output, 0)))
+	l := g.labels
+	a.m.TokensSettled.WithLabelValues(l[0], l[1], "uncached").Add(float64(max(uncached, 0)))
+	a.m.TokensSettled.WithLabelValues(l[0], l[1], "cached").Add(float64(max(cached, 0)))
+	a.m.TokensSettled.WithLabelValues(l[0], l[1], "output").Add(float64(max(output, 0)))
 	if o == "" {
 		o = response.OutcomeAborted
 	}
-	a.m.Requests.WithLabelValues(g.label, string(o)).Inc()
+	a.m.Requests.WithLabelValues(l[0], l[1], string(o)).Inc()
 }

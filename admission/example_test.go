@@ -1,15 +1,39 @@
 package admission
 
 import (
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
+	"github.com/kvroute/kvroute/router"
 )
 
 // The README's example (examples/kvroute-tenants.yaml with examples/tenant-keys.txt)
 // loads, and its demo keys identify its two tenants with their limits.
 func TestTenantsExampleConfig(t *testing.T) {
+	a := exampleAdmitter(t)
+	for key, tenant := range map[string]string{"sk-demo-alpha": "alpha", "sk-demo-beta": "beta"} {
+		id, err := a.Identify(Input{Header: headers("authorization", "Bearer "+key)})
+		if err != nil || id.Tenant != tenant {
+			t.Fatalf("%s: %+v %v", tenant, id, err)
+		}
+	}
+	if a.LimitsOf("beta").MaxConcurrent != 4 || a.LimitsOf("alpha").TokensPerMinute != 200000 {
+		t.Fatal("example limits not loaded")
+	}
+	if _, err := a.Identify(Input{Header: headers("x-kvroute-tenant", "alpha")}); err == nil {
+		t.Fatal("a tenant header from an unknown peer must not identify (401 expected)")
+	}
+}
+
+// exampleAdmitter is examples/kvroute-tenants.yaml's admission stage, at fixed().
+func exampleAdmitter(t *testing.T) *Admitter {
+	t.Helper()
 	c, err := config.Load(nil, func(k string) (string, bool) {
 		if k == config.EnvPrefix+"_CONFIG" {
 			return "../examples/kvroute-tenants.yaml", true
@@ -24,18 +48,7 @@ func TestTenantsExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for key, tenant := range map[string]string{"sk-demo-alpha": "alpha", "sk-demo-beta": "beta"} {
-		id, err := a.Identify(Input{Header: headers("authorization", "Bearer "+key)})
-		if err != nil || id.Tenant != tenant {
-			t.Fatalf("%s: %+v %v", tenant, id, err)
-		}
-	}
-	if a.LimitsOf("beta").MaxConcurrent != 4 || a.LimitsOf("alpha").TokensPerMinute != 200000 {
-		t.Fatal("example limits not loaded")
-	}
-	if _, err := a.Identify(Input{Header: headers("x-kvroute-tenant", "alpha")}); err == nil {
-		t.Fatal("a tenant header from an unknown peer must not identify (401 expected)")
-	}
+	return a
 }
 
 // The README's worked example: 3,000 prompt tokens, 2,000 cached, max_tokens 100,
@@ -52,5 +65,44 @@ func TestReadmeWorkedExample(t *testing.T) {
 	g.Settle(response.Result{Usage: response.Usage{Present: true, PromptTokens: 3000, CompletionTokens: 40}, Outcome: response.OutcomeOK}, -1)
 	if st := a.Snapshot()[0]; st.WindowTokens != 1240 {
 		t.Fatalf("settled window %d, want 1240", st.WindowTokens)
+	}
+}
+
+// The README's 429: with examples/kvroute-tenants.yaml, beta's 16th request of the
+// worked example (1,300 tokens each, settled at 1,300) within one minute does not fit
+// its 20,000 tokens; the reply (status, headers as kvroute sends them, body) is the
+// block under "<!-- 429 example -->" in README.md, 30 s before the window ends.
+func TestReadme429Example(t *testing.T) {
+	a := exampleAdmitter(t)
+	id := Identity{Tenant: "beta", Source: "api_key"}
+	w := Want{PromptTokens: 3000, CachedTokens: 2000, MaxTokens: 100}
+	var err error
+	for i := 0; err == nil; i++ {
+		var g *Grant
+		if g, err = a.Reserve(id, w); err == nil {
+			g.Settle(response.Result{Outcome: response.OutcomeOK, Usage: response.Usage{Present: true, PromptTokens: 3000,
+				CompletionTokens: 100, CachedTokens: 2000, CachedReported: true}}, -1)
+		} else if i != 15 {
+			t.Fatalf("refused at request %d, the README says the 16th", i+1)
+		}
+	}
+	rep := router.ErrorReply(request.APIChat, err)
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\n", rep.Status, http.StatusText(rep.Status))
+	for _, kv := range rep.Header {
+		fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
+	}
+	fmt.Fprintf(&b, "\n%s\n", rep.Body)
+	raw, rerr := os.ReadFile("../README.md")
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	_, after, ok := strings.Cut(string(raw), "<!-- 429 example -->\n```http\n")
+	doc, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no ```http block after <!-- 429 example -->")
+	}
+	if doc != b.String() {
+		t.Fatalf("README's 429 differs from kvroute's reply.\nREADME:\n%s\nkvroute:\n%s", doc, b.String())
 	}
 }

@@ -179,7 +179,7 @@ func (a *Admitter) Identify(in Input) (Identity, error) {
 	}
 	id := Identity{Tenant: Unattributed, Source: "none"}
 	if c.RequireTenant {
-		a.refuse(id.Tenant, "unauthenticated")
+		a.refuse(a.labels.Labels(id.Tenant, ""), "unauthenticated")
 		return id, errUnauthenticated
 	}
 	return id, nil

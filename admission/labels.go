@@ -5,6 +5,9 @@ import "sync"
 // Other is the tenant label value of every tenant without its own.
 const Other = "other"
 
+// DefaultClass is the class label value of a request without a QoS class.
+const DefaultClass = "default"
+
 // Labeler bounds the tenant label's cardinality: tenants in the allowlist and the first
 // max others seen keep their name; every other tenant is Other. Safe for concurrent use.
 type Labeler struct {
@@ -48,4 +51,15 @@ func (l *Labeler) Label(tenant string) string {
 	}
 	l.seen[tenant] = true
 	return tenant
+}
+
+// Labels returns the label values {tenant, class} of every per-tenant metric
+// (metrics.Admission): tenant bounded by Label, class as given or DefaultClass when
+// "" (class names come from configuration, so they are bounded). It is the one place
+// that decides both.
+func (l *Labeler) Labels(tenant, class string) [2]string {
+	if class == "" {
+		class = DefaultClass
+	}
+	return [2]string{l.Label(tenant), class}
 }

@@ -108,6 +108,10 @@ type Config struct {
 	FallbackWorkers []string
 	// RouteCacheClear is ext_proc's route_cache_action: CLEAR.
 	RouteCacheClear bool
+	// JWT, when set, is a jwt_authn filter before ext_proc (after StripHeaders): it
+	// answers 401 itself or writes the verified payload to dynamic metadata
+	// (JWTNamespace), which ForwardingNamespaces must list for kvroute to see it.
+	JWT *JWTAuthn
 }
 
 // Stats are counters of what the stand-in did, for assertions.
@@ -192,6 +196,21 @@ func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.routeHdrs = x.hdrs // the route is selected on the request as it arrived
 	x.hasBody = r.Body != nil && r.Body != http.NoBody
 	defer x.side.close()
+	if j := e.cfg.JWT; j != nil { // http filter chain order: jwt_authn, then ext_proc
+		payload, lr := j.verify(x.hdrs)
+		if lr != nil {
+			x.localReply(lr)
+			return
+		}
+		if payload != nil {
+			if j.PayloadInMetadata != "" {
+				x.side.setMeta(JWTNamespace, j.PayloadInMetadata, payload)
+			}
+			if !j.Forward {
+				x.hdrs = x.hdrs.del("authorization")
+			}
+		}
+	}
 	up, lr := x.requestPath()
 	if up == nil && lr == nil {
 		lr = &localReply{status: 500, body: "stand-in: no request to forward"}

@@ -12,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -19,8 +20,11 @@ import (
 
 // Names of the Envoy extensions kvroute's configuration relies on.
 const (
-	ExtProcFilter       = "envoy.filters.http.ext_proc"
-	RouterFilter        = "envoy.filters.http.router"
+	ExtProcFilter = "envoy.filters.http.ext_proc"
+	RouterFilter  = "envoy.filters.http.router"
+	// JWTAuthnFilter is Envoy's JWT filter; it writes verified payloads under this
+	// dynamic metadata namespace whatever the filter is named in the configuration.
+	JWTAuthnFilter      = "envoy.filters.http.jwt_authn"
 	HTTPProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 )
 
@@ -39,6 +43,7 @@ var (
 	ErrFilterOrder       = errors.New("ext_proc must come before the router")
 	ErrClientHeader      = errors.New("a client-supplied routing header reaches Envoy's routing")
 	ErrFailOpen          = errors.New("without kvroute's pick a request could reach a client-chosen worker or none")
+	ErrJWT               = errors.New("the verified JWT payload does not reach kvroute's admission")
 )
 
 // EarlyHeaderMutation is the early header mutation extension that strips client headers.
@@ -57,6 +62,10 @@ type Expect struct {
 	// TenantHeader is kvroute's admission.tenant_header ("" = not required): ext_proc
 	// believes it as set by the edge, so the client's copy must be removed first.
 	TenantHeader string
+	// ClaimNamespace and ClaimKey are kvroute's admission.metadata_namespace and
+	// admission.metadata_key ("" = not compared): where admission reads the verified
+	// JWT payload in metadata_context. Checked only where a jwt_authn filter exists.
+	ClaimNamespace, ClaimKey string
 }
 
 // StrippedHeaders are the client request headers every configuration must remove
@@ -78,14 +87,16 @@ func (e Expect) StrippedHeaders() []string {
 // and has a gRPC health check; request headers are sent (kvroute must see the request
 // to route it); FULL_DUPLEX_STREAMED has trailers SEND and no failure_mode_allow; the
 // metadata namespace is accepted; mode override is off; and in every
-// http_connection_manager the ext_proc filter precedes the router, which is last.
-// It returns every problem found, joined; each wraps one of the sentinel errors.
+// http_connection_manager the ext_proc filter precedes the router, which is last; where
+// a jwt_authn filter exists it runs before ext_proc, writes payload_in_metadata and
+// ext_proc forwards its namespace (checkJWT). It returns every problem found, joined; each wraps one of the sentinel errors.
 func Check(e Expect, roots ...proto.Message) error {
 	var (
 		clusters = map[string]*clusterv3.Cluster{}
 		refs     []string
 		extprocs []*extprocv3.ExternalProcessor
 		hcms     []*hcmv3.HttpConnectionManager
+		jwts     []*jwtv3.JwtAuthentication
 		vhosts   []*routev3.VirtualHost
 		removed  = map[string]bool{}
 		errs     []error
@@ -110,6 +121,8 @@ func Check(e Expect, roots ...proto.Message) error {
 				extprocs = append(extprocs, x)
 			case *hcmv3.HttpConnectionManager:
 				hcms = append(hcms, x)
+			case *jwtv3.JwtAuthentication:
+				jwts = append(jwts, x)
 			case *routev3.VirtualHost:
 				vhosts = append(vhosts, x)
 			case *earlyv3.HeaderMutation:
@@ -203,6 +216,7 @@ func Check(e Expect, roots ...proto.Message) error {
 		}
 	}
 	checkRoutes(e, clusters, vhosts, extprocs, bad)
+	checkJWT(e, jwts, extprocs, bad)
 	for i, h := range hcms {
 		checkFilterOrder(fmt.Sprintf("http_connection_manager #%d (%s)", i+1, h.GetStatPrefix()), h.GetHttpFilters(), bad)
 	}
@@ -254,11 +268,44 @@ func checkRoutes(e Expect, clusters map[string]*clusterv3.Cluster, vhosts []*rou
 	}
 }
 
+// checkJWT: where a jwt_authn filter verifies tokens, every provider writes its payload
+// to metadata (payload_in_metadata, under kvroute's admission.metadata_key when
+// e.ClaimKey is set) and every ext_proc filter forwards the jwt_authn namespace
+// (metadata_options.forwarding_namespaces), which must be kvroute's
+// admission.metadata_namespace; the filter order (jwt_authn before ext_proc) is
+// checkFilterOrder's.
+func checkJWT(e Expect, jwts []*jwtv3.JwtAuthentication, extprocs []*extprocv3.ExternalProcessor, bad func(error, string, ...any)) {
+	if len(jwts) == 0 {
+		return
+	}
+	if e.ClaimNamespace != "" && e.ClaimNamespace != JWTAuthnFilter {
+		bad(ErrJWT, "jwt_authn writes payloads under %q, kvroute's admission.metadata_namespace is %q", JWTAuthnFilter, e.ClaimNamespace)
+	}
+	for _, j := range jwts {
+		for _, name := range sortedKeys(j.GetProviders()) {
+			switch k := j.GetProviders()[name].GetPayloadInMetadata(); {
+			case k == "":
+				bad(ErrJWT, "jwt_authn provider %q: payload_in_metadata is not set, kvroute sees no claim", name)
+			case e.ClaimKey != "" && k != e.ClaimKey:
+				bad(ErrJWT, "jwt_authn provider %q: payload_in_metadata %q, kvroute's admission.metadata_key is %q", name, k, e.ClaimKey)
+			}
+		}
+	}
+	for i, x := range extprocs {
+		if !slices.Contains(x.GetMetadataOptions().GetForwardingNamespaces().GetUntyped(), JWTAuthnFilter) {
+			bad(ErrJWT, "ext_proc filter #%d: metadata_options.forwarding_namespaces.untyped must contain %q", i+1, JWTAuthnFilter)
+		}
+	}
+}
+
+// jwtTypeURL is the typed_config type of a jwt_authn filter.
+const jwtTypeURL = "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
+
 func checkFilterOrder(where string, fs []*hcmv3.HttpFilter, bad func(error, string, ...any)) {
 	if len(fs) == 0 {
 		return // a MERGE fragment (Istio NETWORK_FILTER patch) lists no filters
 	}
-	ext, rt := -1, -1
+	ext, rt, jwt := -1, -1, -1
 	for i, f := range fs {
 		switch f.GetName() {
 		case ExtProcFilter:
@@ -268,6 +315,12 @@ func checkFilterOrder(where string, fs []*hcmv3.HttpFilter, bad func(error, stri
 		case RouterFilter:
 			rt = i
 		}
+		if f.GetTypedConfig().GetTypeUrl() == jwtTypeURL {
+			jwt = i
+		}
+	}
+	if jwt >= 0 && ext >= 0 && jwt > ext {
+		bad(ErrJWT, "%s: %s after ext_proc: kvroute would see the request before its token is verified", where, JWTAuthnFilter)
 	}
 	switch {
 	case rt != len(fs)-1:

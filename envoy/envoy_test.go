@@ -4,21 +4,26 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvroute/kvroute/config"
 )
 
 // files are the bootstrap variants shipped in this directory.
-var files = []string{"envoy-buffered.yaml", "envoy-full-duplex.yaml"}
+var files = []string{"envoy-buffered.yaml", "envoy-full-duplex.yaml", "envoy-jwt.yaml"}
 
 // expect is kvroute's default configuration, which the shipped files must match.
 func expect() Expect {
 	d := config.Default()
-	return Expect{DestinationHeader: d.ExtProc.DestinationHeader, MetadataNamespace: d.ExtProc.MetadataNamespace, TenantHeader: d.Admission.TenantHeader}
+	return Expect{DestinationHeader: d.ExtProc.DestinationHeader, MetadataNamespace: d.ExtProc.MetadataNamespace, TenantHeader: d.Admission.TenantHeader,
+		ClaimNamespace: d.Admission.MetadataNamespace, ClaimKey: d.Admission.MetadataKey}
 }
 
 func load(t *testing.T, text string) (*bootstrapv3.Bootstrap, error) {
@@ -51,6 +56,7 @@ func TestShippedBootstrapModes(t *testing.T) {
 	for _, tc := range []struct{ file, body, failOpen string }{
 		{"envoy-buffered.yaml", "request_body_mode: BUFFERED", "failure_mode_allow: true"},
 		{"envoy-full-duplex.yaml", "request_body_mode: FULL_DUPLEX_STREAMED", "failure_mode_allow: false"},
+		{"envoy-jwt.yaml", "request_body_mode: BUFFERED", "failure_mode_allow: true"},
 	} {
 		text := read(t, tc.file)
 		for _, want := range []string{tc.body, tc.failOpen, "response_body_mode: STREAMED", "response_trailer_mode: SEND"} {
@@ -152,6 +158,11 @@ func TestCheckCatchesBrokenCopies(t *testing.T) {
 		{"ORIGINAL_DST route without header guard", "envoy-buffered.yaml", "present_match: true", "present_match: false", ErrFailOpen},
 		{"fallback to ORIGINAL_DST", "envoy-buffered.yaml", "cluster: vllm_fallback\n", "cluster: vllm_workers\n", ErrFailOpen},
 		{"route not re-selected after kvroute", "envoy-buffered.yaml", "route_cache_action: CLEAR", "route_cache_action: DEFAULT", ErrFailOpen},
+		// Issue 14: the verified JWT payload reaches kvroute's admission.
+		{"jwt payload not in metadata", "envoy-jwt.yaml", "payload_in_metadata: jwt_payload", "forward_payload_header: x-jwt", ErrJWT},
+		{"jwt payload under another key", "envoy-jwt.yaml", "payload_in_metadata: jwt_payload", "payload_in_metadata: claims", ErrJWT},
+		{"jwt namespace not forwarded", "envoy-jwt.yaml", "untyped: [envoy.filters.http.jwt_authn]", "untyped: [envoy.lb]", ErrJWT},
+		{"jwt tenant header kept", "envoy-jwt.yaml", "- remove: x-kvroute-tenant", "- remove: x-other", ErrClientHeader},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := load(t, mutate(t, read(t, tc.file), tc.old, tc.new))
@@ -191,5 +202,83 @@ func TestCheckKnownClusters(t *testing.T) {
 	e.KnownClusters = []string{"outbound|8000||vllm.svc"}
 	if err := Check(e, b); err != nil {
 		t.Fatalf("a cluster defined elsewhere (KnownClusters) is a valid reference: %v", err)
+	}
+}
+
+// The jwt_authn variant: ext_proc runs only after jwt_authn verified a token from a
+// local JWKS on every path (no rule lets a request through without one), the token
+// does not reach the worker, and kvroute's claim source is the forwarded payload.
+func TestJWTVariant(t *testing.T) {
+	const file = "envoy-jwt.yaml"
+	b, err := LoadBootstrap(file)
+	if err != nil {
+		t.Fatalf("Envoy would refuse %s: %v", file, err)
+	}
+	var (
+		ja      *jwtv3.JwtAuthentication
+		filters []string
+	)
+	err = Walk(b, func(m proto.Message, _ bool) error {
+		switch x := m.(type) {
+		case *jwtv3.JwtAuthentication:
+			ja = x
+		case *hcmv3.HttpConnectionManager:
+			for _, f := range x.GetHttpFilters() {
+				filters = append(filters, f.GetName())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ja == nil {
+		t.Fatal("no jwt_authn filter")
+	}
+	if want := []string{JWTAuthnFilter, ExtProcFilter, RouterFilter}; !slices.Equal(filters, want) {
+		t.Errorf("http filters %v, want %v", filters, want)
+	}
+	if len(ja.GetProviders()) == 0 {
+		t.Fatal("no provider")
+	}
+	for name, p := range ja.GetProviders() {
+		if p.GetLocalJwks() == nil {
+			t.Errorf("provider %s: want a local JWKS (no fetch on the request path)", name)
+		}
+		if p.GetForward() {
+			t.Errorf("provider %s: forward: true sends the token on to the worker", name)
+		}
+		if p.GetIssuer() == "" || len(p.GetAudiences()) == 0 || !p.GetRequireExpiration() {
+			t.Errorf("provider %s: issuer, audiences and require_expiration must be set", name)
+		}
+	}
+	if len(ja.GetRules()) == 0 {
+		t.Fatal("no rules: jwt_authn would verify nothing")
+	}
+	for _, r := range ja.GetRules() {
+		if r.GetMatch().GetPrefix() != "/" || r.GetRequires().GetProviderName() == "" {
+			t.Errorf("rule %v: every path must require a provider's token", r)
+		}
+	}
+	// The kvroute side of the file's comment is the default configuration.
+	d := config.Default().Admission
+	if d.MetadataNamespace != JWTAuthnFilter || d.MetadataKey != "jwt_payload" {
+		t.Errorf("kvroute's defaults %s/%s no longer match the variant's comment", d.MetadataNamespace, d.MetadataKey)
+	}
+}
+
+// A jwt_authn filter after ext_proc: kvroute would read the claim before it exists.
+func TestCheckJWTAfterExtProc(t *testing.T) {
+	text := read(t, "envoy-jwt.yaml")
+	start := strings.Index(text, "                  # Verifies the client's JWT")
+	mid := strings.Index(text, "                  - name: envoy.filters.http.ext_proc")
+	end := strings.Index(text, "                  - name: envoy.filters.http.router")
+	swapped := text[:start] + text[mid:end] + text[start:mid] + text[end:]
+	b, err := load(t, swapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(expect(), b); !errors.Is(err, ErrJWT) {
+		t.Fatalf("jwt_authn must run before ext_proc; got %v", err)
 	}
 }

@@ -79,7 +79,7 @@ func TestExtProcMetadataTenantWinsAndSettles(t *testing.T) {
 	if st := state(a, "edge-team"); st.WindowRequests != 0 {
 		t.Fatalf("header attributed despite a verified claim: %+v", st)
 	}
-	if testutil.ToFloat64(h.ms.Admission.Requests.WithLabelValues("jwt-team", "truncated")) != 1 ||
+	if testutil.ToFloat64(h.ms.Admission.Requests.WithLabelValues("jwt-team", "default", "truncated")) != 1 ||
 		testutil.ToFloat64(h.ms.Admission.Settlements.WithLabelValues("reported")) != 1 {
 		t.Fatal("settled request not counted once")
 	}
@@ -150,7 +150,7 @@ func TestExtProcAbortPaysWhatStreamed(t *testing.T) {
 	if st := state(a, admission.Unattributed); st.WindowTokens != 2 || st.Concurrent != 0 {
 		t.Fatalf("abort settlement %+v, want the 2 streamed tokens", st)
 	}
-	if testutil.ToFloat64(h.ms.Admission.Requests.WithLabelValues(admission.Unattributed, "aborted")) != 1 {
+	if testutil.ToFloat64(h.ms.Admission.Requests.WithLabelValues(admission.Unattributed, "default", "aborted")) != 1 {
 		t.Fatal("abort not counted")
 	}
 }

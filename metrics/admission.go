@@ -2,22 +2,31 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Admission holds the admission stage's metrics (package admission). The tenant label
-// is bounded: a tenant gets its own value only when listed in
-// admission.metrics_tenants or among the first admission.metrics_max_tenants seen;
-// every other tenant is "other" (admission.Labeler).
+// Admission holds the admission stage's metrics (package admission). The per-tenant
+// ones carry the labels tenant and class, both from admission.Labeler.Labels, the one
+// place that bounds them: a tenant gets its own value only when listed in
+// admission.metrics_tenants or among the first admission.metrics_max_tenants seen
+// (every other tenant is "other"); class is the request's QoS class, "default" until
+// one is assigned. docs/metrics.md states the series count per tenant and class,
+// measured by admission's tests.
 type Admission struct {
-	// Requests counts requests once each when settled or refused, by tenant and
+	// Requests counts requests once each when settled or refused, by tenant, class and
 	// outcome (response.Outcome; rejected when admission or the router refused it).
-	Requests *prometheus.CounterVec // tenant, outcome
-	// Refused counts refusals by tenant and reason: tokens, requests, concurrency
-	// (429), unauthenticated (401).
-	Refused *prometheus.CounterVec // tenant, reason
-	// TokensReserved counts token cost reserved at admission, by tenant.
-	TokensReserved *prometheus.CounterVec // tenant
-	// TokensSettled counts tokens settled on completion, by tenant and kind (uncached,
-	// cached, output; raw tokens, before weights).
-	TokensSettled *prometheus.CounterVec // tenant, kind
+	Requests *prometheus.CounterVec // tenant, class, outcome
+	// Refused counts refusals by tenant, class and reason: tokens, requests,
+	// concurrency (429), unauthenticated (401).
+	Refused *prometheus.CounterVec // tenant, class, reason
+	// TokensReserved counts tokens reserved at admission, by tenant, class and kind:
+	// uncached and cached prompt tokens (the router's counts for the picked worker) and
+	// the output estimate; raw tokens, before weights.
+	TokensReserved *prometheus.CounterVec // tenant, class, kind
+	// TokensSettled counts tokens settled on completion, by tenant, class and kind
+	// (uncached, cached, output; raw tokens, before weights).
+	TokensSettled *prometheus.CounterVec // tenant, class, kind
+	// TTFT is the time to first token of admitted requests by tenant and class,
+	// seconds: the router's observation (router.Ticket.FirstToken), from the request's
+	// start to the first generated token.
+	TTFT *prometheus.HistogramVec // tenant, class
 	// Settlements counts settlements by usage_source: reported (the engine's usage),
 	// counted (generated tokens counted from the stream), estimated (the reservation
 	// stands), released (nothing was sent to a worker).
@@ -29,19 +38,22 @@ type Admission struct {
 }
 
 // tenantBound is the tenant label's bound, said in every help text that uses it.
-const tenantBound = ` The tenant label is bounded: configured admission.metrics_tenants and the first admission.metrics_max_tenants seen, every other tenant "other".`
+const tenantBound = ` The tenant label is bounded: configured admission.metrics_tenants and the first admission.metrics_max_tenants seen, every other tenant "other"; class is the QoS class ("default" without one).`
 
 func newAdmission(reg prometheus.Registerer) *Admission {
 	const sub = "admission"
 	return &Admission{
 		Requests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "requests_total", Help: "Requests by tenant (bounded) and outcome, once each when settled or refused." + tenantBound}, []string{"tenant", "outcome"})),
+			Name: "requests_total", Help: "Requests by tenant (bounded), class and outcome, once each when settled or refused." + tenantBound}, []string{"tenant", "class", "outcome"})),
 		Refused: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded) and reason (tokens, requests, concurrency, unauthenticated)." + tenantBound}, []string{"tenant", "reason"})),
+			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded), class and reason (tokens, requests, concurrency, unauthenticated)." + tenantBound}, []string{"tenant", "class", "reason"})),
 		TokensReserved: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "reserved_tokens_total", Help: "Token cost reserved at admission, by tenant (bounded)." + tenantBound}, []string{"tenant"})),
+			Name: "reserved_tokens_total", Help: "Tokens reserved at admission, by tenant (bounded), class and kind (uncached, cached: prompt tokens as the router counted them for the picked worker; output: the estimate), raw before weights." + tenantBound}, []string{"tenant", "class", "kind"})),
 		TokensSettled: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "settled_tokens_total", Help: "Tokens settled on completion, by tenant (bounded) and kind (uncached, cached, output)." + tenantBound}, []string{"tenant", "kind"})),
+			Name: "settled_tokens_total", Help: "Tokens settled on completion, by tenant (bounded), class and kind (uncached, cached, output), raw before weights." + tenantBound}, []string{"tenant", "class", "kind"})),
+		TTFT: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "time_to_first_token_seconds", Help: "Time to first token of admitted requests by tenant (bounded) and class, seconds (the router's observation at the first generated token)." + tenantBound,
+			Buckets: LatencyBuckets}, []string{"tenant", "class"})),
 		Settlements: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "settlements_total", Help: "Settlements by usage_source (reported, counted, estimated, released)."}, []string{"usage_source"})),
 		UntrustedIdentity: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,

@@ -106,8 +106,8 @@ func TestSpoofedTenantHeaderFromUntrustedPeerNotAttributed(t *testing.T) {
 		t.Fatalf("unattributed state %+v", ts[admission.Unattributed])
 	}
 	if testutil.ToFloat64(ms.Admission.UntrustedIdentity.WithLabelValues("header")) != 3 ||
-		testutil.ToFloat64(ms.Admission.Requests.WithLabelValues("victim", "ok")) != 0 ||
-		testutil.ToFloat64(ms.Admission.Requests.WithLabelValues(admission.Unattributed, "ok")) != 3 {
+		testutil.ToFloat64(ms.Admission.Requests.WithLabelValues("victim", "default", "ok")) != 0 ||
+		testutil.ToFloat64(ms.Admission.Requests.WithLabelValues(admission.Unattributed, "default", "ok")) != 3 {
 		t.Fatal("untrusted header not counted, or usage attributed to the spoofed tenant")
 	}
 	// No token budget: the stream is not counted (no per-event decode), the estimate stands.

@@ -679,7 +679,13 @@ type Ticket struct {
 
 	released atomic.Bool                     // ended (set under r.mu), read without it
 	spec     atomic.Pointer[kvindex.Booking] // speculative entries booked for it; nil none
+	onFirst  atomic.Pointer[func(ttft time.Duration)]
 }
+
+// OnFirstToken makes FirstToken call f with the observed TTFT (from Start to the first
+// token), once, outside the router's lock, after its own metrics; a later call replaces
+// f. The admission stage uses it for its per-tenant TTFT. Safe for concurrent use.
+func (t *Ticket) OnFirstToken(f func(ttft time.Duration)) { t.onFirst.Store(&f) }
 
 // FirstToken records that the first generated token reached kvroute at time at (zero
 // → now): the prefill part of the booking is released and the observed TTFT is handed
@@ -709,6 +715,9 @@ func (t *Ticket) FirstToken(at time.Time) {
 	r.m.TTFTSeconds.WithLabelValues(on).Observe(ttft.Seconds())
 	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved {
 		l.Observe(t.observation(ttft, 0, response.Usage{}, 0))
+	}
+	if f := t.onFirst.Load(); f != nil {
+		(*f)(ttft)
 	}
 }
 

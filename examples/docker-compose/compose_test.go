@@ -558,3 +558,32 @@ func TestDockerfilesBuildLikeTheMakefile(t *testing.T) {
 		})
 	}
 }
+
+// The admin port is bound on every interface of the container (Prometheus scrapes it
+// over the compose network), so /debug/* must need server.admin_token: the compose file
+// sets KVROUTE_SERVER_ADMIN_TOKEN from a variable compose requires (${VAR:?…}), never
+// a literal, and publishes the admin port on the host's loopback only.
+func TestAdminNeedsTokenWhenBoundWide(t *testing.T) {
+	c := loadCompose(t)
+	cfg := loadKVRoute(t, c)
+	host, _, err := net.SplitHostPort(cfg.Server.AdminAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return // loopback: nothing to protect
+	}
+	if cfg.Server.AdminToken != "" {
+		t.Fatal("server.admin_token is a literal in kvroute.yaml: take it from the environment")
+	}
+	kv := c.Services["kvroute"]
+	tok := kv.Environment["KVROUTE_SERVER_ADMIN_TOKEN"]
+	if !regexp.MustCompile(`^\$\{[A-Z_]+:\?.+\}$`).MatchString(tok) {
+		t.Fatalf("admin on %s without a required KVROUTE_SERVER_ADMIN_TOKEN (${VAR:?message}); got %q", cfg.Server.AdminAddr, tok)
+	}
+	for _, p := range kv.Ports {
+		if strings.HasSuffix(p, ":"+strconv.Itoa(port(t, cfg.Server.AdminAddr))) && !strings.HasPrefix(p, "127.0.0.1:") {
+			t.Errorf("admin port published as %q: bind it to the host's 127.0.0.1", p)
+		}
+	}
+}

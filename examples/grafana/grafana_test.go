@@ -338,6 +338,12 @@ func TestDashboardsCoverTheAreas(t *testing.T) {
 		"decision latency":     "kvroute_router_decision_duration_seconds",
 		"engine queue (vLLM)":  "vllm:num_requests_waiting",
 		"workers by state":     "kvroute_discovery_workers",
+		// Issue 14 §4: per tenant (and class), bounded labels.
+		"tenant requests by outcome": "kvroute_admission_requests_total",
+		"tenant refusals by reason":  "kvroute_admission_refused_total",
+		"tenant tokens settled":      "kvroute_admission_settled_tokens_total",
+		"tenant tokens reserved":     "kvroute_admission_reserved_tokens_total",
+		"tenant TTFT":                "kvroute_admission_time_to_first_token_seconds",
 	} {
 		if !strings.Contains(all, metric) {
 			t.Errorf("no panel shows %s (%s)", area, metric)
@@ -390,5 +396,54 @@ func TestCheckExprCatchesMistakes(t *testing.T) {
 	}
 	if p := checkExpr(c, `sum by (worker, instance) (rate(kvroute_router_decisions_total{reason!="x", job="kvroute"}[5m]))`, map[string]bool{}); len(p) != 0 {
 		t.Errorf("a correct expression was rejected: %v", p)
+	}
+}
+
+// The per-tenant panels (issue 14 §5) break their metric down by tenant, and by the
+// dimension that makes them useful: requests by outcome, refusals by reason, tokens by
+// kind, TTFT as a p90.
+func TestTenantPanels(t *testing.T) {
+	want := map[string][]string{ // metric → labels its panel groups by
+		"kvroute_admission_requests_total":                     {"tenant", "outcome"},
+		"kvroute_admission_refused_total":                      {"tenant", "reason"},
+		"kvroute_admission_settled_tokens_total":               {"tenant", "kind"},
+		"kvroute_admission_time_to_first_token_seconds_bucket": {"le", "tenant"},
+	}
+	found := map[string]bool{}
+	for _, d := range loadDashboards(t) {
+		var walk func(ps []panel)
+		walk = func(ps []panel) {
+			for _, p := range ps {
+				walk(p.Panels)
+				for _, tg := range p.Targets {
+					refs, err := Scan(tg.Expr)
+					if err != nil {
+						continue
+					}
+					for _, s := range refs.Selectors {
+						labels, ok := want[s.Metric]
+						if !ok {
+							continue
+						}
+						all := true
+						for _, l := range labels {
+							all = all && slices.Contains(refs.Grouping, l)
+						}
+						if s.Metric == "kvroute_admission_time_to_first_token_seconds_bucket" && !strings.Contains(tg.Expr, "histogram_quantile(0.9,") {
+							all = false
+						}
+						if all {
+							found[s.Metric] = true
+						}
+					}
+				}
+			}
+		}
+		walk(d.Panels)
+	}
+	for m, labels := range want {
+		if !found[m] {
+			t.Errorf("no panel shows %s by %v", m, labels)
+		}
 	}
 }

@@ -459,3 +459,35 @@ func readFile(t *testing.T, name string) string {
 	}
 	return string(b)
 }
+
+// The admin port is bound on every interface (Prometheus, the kubelet probes), so
+// /debug/* must need server.admin_token: the container takes KVROUTE_SERVER_ADMIN_TOKEN
+// from a Secret (not optional, so the pod does not start without it), never a literal
+// in the ConfigMap or the manifest.
+func TestAdminNeedsTokenWhenBoundWide(t *testing.T) {
+	o := load(t)
+	cfg := kvrouteConfig(t, o)
+	host, _, err := net.SplitHostPort(cfg.Server.AdminAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return
+	}
+	if cfg.Server.AdminToken != "" {
+		t.Fatal("server.admin_token is a literal in the ConfigMap: take it from a Secret")
+	}
+	c := o.deployments["kvroute"].Spec.Template.Spec.Containers[0]
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == config.EnvPrefix+"_SERVER_ADMIN_TOKEN" })
+	if i < 0 {
+		t.Fatalf("admin on %s without %s_SERVER_ADMIN_TOKEN", cfg.Server.AdminAddr, config.EnvPrefix)
+	}
+	e := c.Env[i]
+	var ref *corev1.SecretKeySelector
+	if e.ValueFrom != nil {
+		ref = e.ValueFrom.SecretKeyRef
+	}
+	if e.Value != "" || ref == nil || ref.Name == "" || ref.Key == "" || (ref.Optional != nil && *ref.Optional) {
+		t.Fatalf("%s must come from a required Secret key, got %+v", e.Name, e)
+	}
+}
