@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Separate-process tests of active-active replicas (issue 15): built kvroute and
@@ -424,6 +429,10 @@ func TestReplicaProcesses(t *testing.T) {
 			exchangeCost(t, reps)
 			if mode == "proxy" {
 				killAndRejoin(t, reps, base)
+			} else {
+				for _, r := range reps { // what Envoy's ext_proc cluster health-checks, per replica
+					extProcHealth(t, r)
+				}
 			}
 			stopAll(reps)
 		})
@@ -473,6 +482,22 @@ func exchangeCost(t *testing.T, reps []*replica) {
 		total += sumMetric(scrapeMetrics(t, r.admin+"/metrics"), "kvroute_peers_sent_bytes_total")
 	}
 	t.Logf("exchange: %.0f bytes sent by %d replicas in all (burst of %d requests and setup)", total, len(reps), replicaBurstRequests)
+}
+
+// extProcHealth checks that r answers grpc.health.v1 SERVING for the ext_proc service
+// on its ext_proc port itself (the port the Envoy cluster's hosts are).
+func extProcHealth(t *testing.T, r *replica) {
+	conn, err := grpc.NewClient(r.extProcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ext_proc.v3.ExternalProcessor"})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("%s: health on the ext_proc port: %v %v", r.id, hc, err)
+	}
 }
 
 // peersView is the part of /debug/peers this test reads.
