@@ -89,3 +89,17 @@ func HitBoundLRU(w *Workload, blockSize, capacity int) float64 {
 	}
 	return float64(hit) / float64(prompt)
 }
+
+// ExtraPrefillTokens is how many more prompt tokens the workers prefilled in rs than one
+// infinite cache would over the same workload (bound = HitBound): (bound − hit ratio) ×
+// prompt tokens, where the hit ratio is the workers' own cached tokens ÷ prompt tokens.
+// Duplicate cold prefills of one prefix on several workers, and re-prefills after
+// evictions, both count.
+func ExtraPrefillTokens(rs []Result, bound float64) int {
+	prompt, cached := 0, 0
+	for _, r := range rs {
+		prompt += r.PromptTokens
+		cached += r.CachedTokens
+	}
+	return int(bound*float64(prompt)) - cached
+}

@@ -49,6 +49,21 @@ type VirtualOptions struct {
 	// plain profile, as when an operator lists mixed or degraded GPUs alike. Slowdowns are
 	// never announced.
 	KnownSpeeds bool
+	// Replicas is the number of kvroute replicas (0 or 1: one). Arrivals are spread over
+	// them round robin by item (a load balancer in front of the replicas); each replica
+	// has its own index (fed the same KV events: every replica subscribes to every
+	// worker), its own bookings, policy state and scrape view.
+	Replicas int
+	// Share makes the replicas exchange bookings as package peers does: every
+	// ExchangeInterval each replica's LocalBookings reach every other one ExchangeDelay
+	// later, replacing what it held from that sender (bookings added to the workers'
+	// Booked, block keys being prefilled booked as speculative entries). False: blind
+	// replicas.
+	Share bool
+	// ExchangeInterval is the coalescing period (peers.interval); 0 means 25 ms.
+	ExchangeInterval time.Duration
+	// ExchangeDelay is the transit time of a summary (network + decode); 0 means none.
+	ExchangeDelay time.Duration
 }
 
 // Slowdown makes worker Worker (0-based) Factor times slower than its speed so far, At
@@ -142,30 +157,46 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			return nil, fmt.Errorf("bench: slowdown of worker %d by %v: no such worker or factor not positive", sd.Worker, sd.Factor)
 		}
 	}
-	reg := workers.NewRegistry()
 	names := WorkerNames(o.Workers)
-	var ws []*workers.Worker
-	for i, n := range names {
-		known := 1.0
-		if o.KnownSpeeds {
-			known = o.speed(i)
+	nrep := max(o.Replicas, 1)
+	reps := make([]*replicaState, nrep)
+	for ri := range reps {
+		reg := workers.NewRegistry()
+		var ws []*workers.Worker
+		for i, n := range names {
+			known := 1.0
+			if o.KnownSpeeds {
+				known = o.speed(i)
+			}
+			ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{prof.Model},
+				Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond() * known, DecodeTokensPerSecond: prof.DecodeTokensPerSecond() * known,
+					Overhead: time.Duration(float64(prof.StepOverhead)/known) + prof.RequestOverhead, BlockCapacity: prof.NumBlocks}})
 		}
-		ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{prof.Model},
-			Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond() * known, DecodeTokensPerSecond: prof.DecodeTokensPerSecond() * known,
-				Overhead: time.Duration(float64(prof.StepOverhead)/known) + prof.RequestOverhead, BlockCapacity: prof.NumBlocks}})
+		reg.Set(ws)
+		ix := kvindex.New(kvindex.Options{SpeculativeTTL: o.SpeculativeTTL, Now: clock.Now,
+			Models: []kvindex.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
+		nsSeed := kvindex.Namespace{Model: prof.Model}.Seed()
+		var feeder IndexFeeder
+		if o.NewFeeder != nil {
+			feeder = o.NewFeeder(ix, nsSeed)
+		} else {
+			feeder = &WireFeeder{Index: ix, Model: prof.Model}
+		}
+		pol := policy
+		if ri > 0 { // each replica learns on its own
+			var err error
+			if o.PolicyImpl != nil {
+				return nil, fmt.Errorf("bench: PolicyImpl with %d replicas", nrep)
+			}
+			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens); err != nil {
+				return nil, err
+			}
+		}
+		rt := router.New(router.Options{Registry: reg, Index: ix, Policy: pol, Now: clock.Now,
+			Models: []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
+		reps[ri] = &replicaState{reg: reg, ix: ix, feeder: feeder, rt: rt, from: map[int]map[string]*peerImport{}}
 	}
-	reg.Set(ws)
-	ix := kvindex.New(kvindex.Options{SpeculativeTTL: o.SpeculativeTTL, Now: clock.Now,
-		Models: []kvindex.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
-	nsSeed := kvindex.Namespace{Model: prof.Model}.Seed()
-	var feeder IndexFeeder
-	if o.NewFeeder != nil {
-		feeder = o.NewFeeder(ix, nsSeed)
-	} else {
-		feeder = &WireFeeder{Index: ix, Model: prof.Model}
-	}
-	rt := router.New(router.Options{Registry: reg, Index: ix, Policy: policy, Now: clock.Now,
-		Models: []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
+	feeder := multiFeeder(reps)
 
 	results := make([]Result, len(w.Items))
 	remaining := len(w.Items)
@@ -243,7 +274,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		*r = Result{Index: i, Start: now.Sub(virtualStart), PromptTokens: len(toks)}
 		st := &state{idx: i, sent: now, chain: chain, pos: pos}
 		req := &request.Request{API: request.APICompletions, Model: prof.Model, PromptTokenIDs: [][]uint32{toks}, MaxTokens: it.MaxTokens, Stream: true}
-		t, err := rt.Pick(ctx, req, router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)})
+		t, err := reps[i%nrep].rt.Pick(ctx, req, router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)})
 		if err != nil {
 			r.Err = err.Error()
 			finish(st)
@@ -286,13 +317,139 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	scrape = func() {
 		for _, n := range names {
 			s := engines[n].Engine.Stats()
-			reg.SetLoad(n, workers.Load{Waiting: float64(s.Waiting), Running: float64(s.Running), KVUsage: s.KVUsage, ScrapedAt: clock.Now()})
+			for _, rp := range reps {
+				rp.reg.SetLoad(n, workers.Load{Waiting: float64(s.Waiting), Running: float64(s.Running), KVUsage: s.KVUsage, ScrapedAt: clock.Now()})
+			}
 		}
 		if remaining > 0 {
 			clock.After(o.ScrapeInterval, scrape)
 		}
 	}
 	scrape()
+	if nrep > 1 && o.Share {
+		iv := o.ExchangeInterval
+		if iv <= 0 {
+			iv = 25 * time.Millisecond
+		}
+		var exchange func()
+		exchange = func() {
+			for si, sender := range reps {
+				local := sender.rt.LocalBookings(16384)
+				for ri, rcv := range reps {
+					if ri == si {
+						continue
+					}
+					if o.ExchangeDelay > 0 {
+						clock.After(o.ExchangeDelay, func() { rcv.apply(si, local) })
+					} else {
+						rcv.apply(si, local)
+					}
+				}
+			}
+			if remaining > 0 {
+				clock.After(iv, exchange)
+			}
+		}
+		exchange()
+	}
 	clock.Run()
 	return results, nil
+}
+
+// replicaState is one kvroute replica of a virtual run.
+type replicaState struct {
+	reg    *workers.Registry
+	ix     *kvindex.Index
+	feeder IndexFeeder
+	rt     *router.Router
+	from   map[int]map[string]*peerImport // by sender replica, by worker
+}
+
+// peerImport is what one peer reported for one worker: its bookings, the keys it is
+// prefilling there, and the speculative entries booked for them.
+type peerImport struct {
+	booked   scoring.Booked
+	keys     map[kvindex.Key]struct{}
+	bookings []kvindex.Booking
+}
+
+// apply replaces what r held from replica si with its summary local, as package
+// peers' receiver does (Manager.apply and importKeys): bookings summed per worker over
+// peers; only keys not imported before are booked as speculative entries; a booking
+// none of whose keys is still reported is forgotten (its entries are confirmed by the
+// worker's events or expire), and a worker no longer reported is forgotten alike.
+// Re-booking every key at every summary instead would churn the index: each Book adds
+// FIFO entries, and a long prefill reported 40 times a second would push the worker's
+// confirmed entries out.
+func (r *replicaState) apply(si int, local []router.WorkerBookings) {
+	prev := r.from[si]
+	m := make(map[string]*peerImport, len(local))
+	for _, l := range local {
+		im := prev[l.Worker]
+		if im == nil {
+			im = &peerImport{keys: map[kvindex.Key]struct{}{}}
+		}
+		im.booked = l.Booked
+		next := make(map[kvindex.Key]struct{}, len(l.Keys))
+		var fresh []kvindex.Key
+		for _, k := range l.Keys {
+			if _, ok := im.keys[k]; !ok {
+				if _, dup := next[k]; !dup {
+					fresh = append(fresh, k)
+				}
+			}
+			next[k] = struct{}{}
+		}
+		im.keys = next
+		kept := im.bookings[:0]
+		for _, b := range im.bookings {
+			for _, k := range b.Keys() {
+				if _, ok := next[k]; ok {
+					kept = append(kept, b)
+					break
+				}
+			}
+		}
+		im.bookings = kept
+		if len(fresh) > 0 {
+			if b := r.ix.Book(l.Worker, fresh); b.Len() > 0 {
+				im.bookings = append(im.bookings, b)
+			}
+		}
+		m[l.Worker] = im
+	}
+	r.from[si] = m
+	sum := map[string]scoring.Booked{}
+	for _, per := range r.from {
+		for w, im := range per {
+			b := sum[w]
+			b.Requests += im.booked.Requests
+			b.Prefilling += im.booked.Prefilling
+			b.PrefillTokens += im.booked.PrefillTokens
+			b.Decoding += im.booked.Decoding
+			sum[w] = b
+		}
+	}
+	r.rt.SetPeerBookings(sum)
+}
+
+// fanFeeder applies every batch to each replica's index (each replica subscribes to
+// every worker's publisher).
+type fanFeeder []IndexFeeder
+
+func (f fanFeeder) Apply(worker string, b sim.Batch) {
+	for _, x := range f {
+		x.Apply(worker, b)
+	}
+}
+
+func multiFeeder(reps []*replicaState) IndexFeeder {
+	if len(reps) == 1 {
+		return reps[0].feeder
+	}
+	f := make(fanFeeder, len(reps))
+	for i, r := range reps {
+		f[i] = r.feeder
+	}
+	return f
 }

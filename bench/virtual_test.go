@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/sim"
 )
 
@@ -98,4 +100,56 @@ func TestStoreFeeder(t *testing.T) {
 	if m := ix.Lookup(keys, nil); len(m) != 0 {
 		t.Fatalf("after clear: %+v", m)
 	}
+}
+
+// Replicas in virtual time: arrivals spread over 3 kvroute replicas (the shared-prefix
+// rows' workload: 8 × 6,000-token prefixes, 3 × l40s-27b, 4 req/s). Sharing bookings
+// (package peers' exchange, 25 ms, 5 ms in transit) keeps p90 TTFT and the cache hit
+// within 5 % of one replica; blind replicas prefill prefixes more often (duplicate
+// cold prefills) and lose p90. (Not true of every workload: BENCHMARKS.md "Replicas"
+// records a cache-starved one where sharing replicas do worse than one.)
+func TestVirtualReplicasShareOrDuplicate(t *testing.T) {
+	prof, err := sim.LookupProfile("l40s-27b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := SharedPrefix(SharedPrefixOptions{Prefixes: 8, PrefixTokens: 6000, SuffixTokens: 200, OutputTokens: 64, Requests: 200, Seed: 1})
+	arr := Arrivals{Kind: "poisson", Rate: 4, Seed: 1}
+	wl := arr.Apply(w)
+	bound := HitBound(wl, prof.BlockSize)
+	run := func(replicas int, share bool) (Summary, int) {
+		rs, err := RunVirtual(wl, VirtualOptions{Workers: 3, Profile: prof, Policy: "kvroute", Arrivals: arr, Seed: 1,
+			EventLag: 5 * time.Millisecond, Replicas: replicas, Share: share, ExchangeDelay: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Summarize("kvroute", arr.String(), rs, 8*time.Second, bound, WorkerNames(3)), ExtraPrefillTokens(rs, bound)
+	}
+	one, oneX := run(1, false)
+	shared, sharedX := run(3, true)
+	blind, blindX := run(3, false)
+	t.Logf("p90/hit/extra prefill tokens: 1 replica %.3f/%.3f/%d, 3 shared %.3f/%.3f/%d, 3 blind %.3f/%.3f/%d",
+		one.TTFTp90, one.HitRatio, oneX, shared.TTFTp90, shared.HitRatio, sharedX, blind.TTFTp90, blind.HitRatio, blindX)
+	for _, s := range []Summary{one, shared, blind} {
+		if s.Errors != 0 || s.Requests != 200 {
+			t.Fatalf("errors %d of %d", s.Errors, s.Requests)
+		}
+	}
+	if shared.HitRatio < 0.95*one.HitRatio || shared.TTFTp90 > 1.05*one.TTFTp90 {
+		t.Errorf("3 sharing replicas p90 %.3f hit %.3f, one replica p90 %.3f hit %.3f: not within 5 %%", shared.TTFTp90, shared.HitRatio, one.TTFTp90, one.HitRatio)
+	}
+	if blindX <= sharedX || blind.TTFTp90 <= shared.TTFTp90 {
+		t.Errorf("blind replicas: %d extra prefill tokens, p90 %.3f; sharing ones %d, %.3f: no duplicates shown", blindX, blind.TTFTp90, sharedX, shared.TTFTp90)
+	}
+	if _, err := RunVirtual(wl, VirtualOptions{Workers: 3, Profile: prof, PolicyImpl: mustPolicy(t), Replicas: 2}); err == nil {
+		t.Error("one PolicyImpl shared by 2 replicas accepted (its learned state would be shared)")
+	}
+}
+
+func mustPolicy(t *testing.T) scoring.Policy {
+	p, err := newPolicy("random", rand.New(rand.NewPCG(1, 2)), 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

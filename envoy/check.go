@@ -36,6 +36,7 @@ var (
 	ErrDestinationHeader = errors.New("destination header differs from kvroute's")
 	ErrExtProcNotHTTP2   = errors.New("ext_proc cluster is not HTTP/2")
 	ErrNoHealthCheck     = errors.New("ext_proc cluster has no gRPC health check")
+	ErrOneReplica        = errors.New("ext_proc cluster reaches one kvroute replica at a time")
 	ErrProcessingMode    = errors.New("ext_proc processing mode unusable by kvroute")
 	ErrFullDuplex        = errors.New("FULL_DUPLEX_STREAMED misconfigured")
 	ErrMetadataNamespace = errors.New("ext_proc does not accept kvroute's metadata namespace")
@@ -84,7 +85,8 @@ func (e Expect) StrippedHeaders() []string {
 // (Any payloads included): at least one ext_proc filter and one ORIGINAL_DST cluster
 // exist; every referenced cluster is defined; ORIGINAL_DST clusters use
 // CLUSTER_PROVIDED and read e.DestinationHeader; each ext_proc cluster speaks HTTP/2
-// and has a gRPC health check; request headers are sent (kvroute must see the request
+// and has a gRPC health check, and holds every kvroute replica as a host (not
+// LOGICAL_DNS, which keeps one address); request headers are sent (kvroute must see the request
 // to route it); FULL_DUPLEX_STREAMED has trailers SEND and no failure_mode_allow; the
 // metadata namespace is accepted; mode override is off; and in every
 // http_connection_manager the ext_proc filter precedes the router, which is last; where
@@ -180,6 +182,12 @@ func Check(e Expect, roots ...proto.Message) error {
 			}
 			if !hasGRPCHealthCheck(c) {
 				bad(ErrNoHealthCheck, "%s: cluster %q has no grpc_health_check", where, name)
+			}
+			if c.GetType() == clusterv3.Cluster_LOGICAL_DNS {
+				// LOGICAL_DNS keeps one host, the first address the name resolves to:
+				// with several kvroute replicas behind the name, every stream and every
+				// health check goes to one of them and a dead one is not ejected alone.
+				bad(ErrOneReplica, "%s: cluster %q is LOGICAL_DNS (one host); use STRICT_DNS over a name resolving to every replica (a headless Service), STATIC or EDS endpoints", where, name)
 			}
 		}
 		pm := x.GetProcessingMode()

@@ -144,6 +144,7 @@ func TestCheckCatchesBrokenCopies(t *testing.T) {
 		{"no ORIGINAL_DST cluster", "envoy-buffered.yaml", "type: ORIGINAL_DST", "type: STATIC", ErrMissing},
 		{"ext_proc over HTTP/1", "envoy-buffered.yaml", "http2_protocol_options:\n              connection_keepalive: {interval: 30s, timeout: 5s}", "http_protocol_options: {}", ErrExtProcNotHTTP2},
 		{"ext_proc without health check", "envoy-buffered.yaml", "grpc_health_check:\n            service_name: envoy.service.ext_proc.v3.ExternalProcessor", "tcp_health_check: {}", ErrNoHealthCheck},
+		{"ext_proc cluster of one replica", "envoy-buffered.yaml", "- name: kvroute\n      type: STRICT_DNS", "- name: kvroute\n      type: LOGICAL_DNS", ErrOneReplica},
 		{"request headers skipped", "envoy-buffered.yaml", "request_header_mode: SEND", "request_header_mode: SKIP", ErrProcessingMode},
 		{"full duplex without request trailers", "envoy-full-duplex.yaml", "request_trailer_mode: SEND", "request_trailer_mode: SKIP", ErrFullDuplex},
 		{"full duplex fail open", "envoy-full-duplex.yaml", "failure_mode_allow: false", "failure_mode_allow: true", ErrFullDuplex},

@@ -2,11 +2,14 @@ package peers
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers"
 )
 
 // benchSummary: 8 workers with open requests, each prefilling one new 4,000-token
@@ -44,4 +47,49 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(buf)), "bytes/summary")
+}
+
+// BenchmarkPeerStateMemory measures what one peer's state costs a receiver: the live
+// heap after applying one summary of 64 workers, each with 12 booked requests and 250
+// block keys being prefilled, to a Manager over a real index (the keys become
+// speculative entries there), reported per worker and per key.
+func BenchmarkPeerStateMemory(b *testing.B) {
+	const nw, nk = 64, 250
+	var names []*workers.Worker
+	for w := 0; w < nw; w++ {
+		names = append(names, &workers.Worker{Name: fmt.Sprintf("vllm-%d", w), Address: fmt.Sprintf("10.0.0.%d:8000", w), Models: []string{"m"}})
+	}
+	s := &Summary{Replica: "peer-a", Incarnation: 1, Seq: 1, Sent: time.Now()}
+	for w := 0; w < nw; w++ {
+		ws := WorkerSummary{Worker: names[w].Name, Booked: scoring.Booked{Requests: 12, Prefilling: 3, PrefillTokens: 12000, Decoding: 9}}
+		for k := 0; k < nk; k++ {
+			ws.Keys = append(ws.Keys, kvindex.Key(uint64(w)<<32|uint64(k+1)*0x9e3779b97f4a7c15))
+		}
+		s.Workers = append(s.Workers, ws)
+	}
+	var perWorker float64
+	for b.Loop() {
+		reg := workers.NewRegistry()
+		ix := kvindex.New(kvindex.Options{SpeculativeTTL: time.Minute})
+		reg.Subscribe(ix)
+		reg.Set(names)
+		r := router.New(router.Options{Registry: reg, Index: ix})
+		m, err := New(Options{ID: "self", Router: r, Index: ix})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if err := m.apply(s, 1, "10.0.0.99:1", 0); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perWorker = float64(after.HeapAlloc-before.HeapAlloc) / nw
+		runtime.KeepAlive(m)
+		runtime.KeepAlive(ix)
+	}
+	b.ReportMetric(perWorker, "bytes/worker")
+	b.ReportMetric(perWorker/nk, "bytes/key")
 }

@@ -84,6 +84,10 @@ func run(args []string) error {
 	var slowFlags multi
 	fs.Var(&slowFlags, "slow", "virtual: W:AT:F makes worker W (0-based) F times slower from AT, e.g. 0:2m:3 (repeatable)")
 	knownSpeeds := fs.Bool("known-speeds", false, "virtual: the registry's worker profiles carry the true speeds (default: all configured alike)")
+	nreplicas := fs.Int("replicas", 1, "virtual: kvroute replicas, arrivals spread over them round robin (each its own index, bookings and policy state)")
+	blind := fs.Bool("blind", false, "virtual, --replicas > 1: replicas do not exchange bookings (peers empty)")
+	exDelay := fs.Duration("exchange-delay", 0, "virtual, --replicas > 1: transit time of a booking summary between replicas")
+	exInterval := fs.Duration("exchange-interval", 25*time.Millisecond, "virtual, --replicas > 1: coalescing period of the summaries (peers.interval)")
 	nseeds := fs.Int("seeds", 1, "run seeds seed..seed+N-1 and report mean ± sd per policy and load")
 	scoreboard := fs.Bool("scoreboard", false, "run the issue-12 scoreboard (every workload, all policies, several seeds) and write scoreboard.md")
 	rowsFlag := fs.String("rows", "", "scoreboard: only rows whose key matches this regular expression")
@@ -235,11 +239,18 @@ func run(args []string) error {
 				for _, p := range names {
 					bar.Start(fmt.Sprintf("%s %s seed %d", a, p, sd))
 					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
-						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds})
+						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds,
+						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval})
 					if err != nil {
 						return err
 					}
-					s := bench.Summarize(p, a.String(), rs, *slo, bound, bench.WorkerNames(*nworkers))
+					label := p
+					if *nreplicas > 1 {
+						label = fmt.Sprintf("%s×%d %s", p, *nreplicas, map[bool]string{false: "shared", true: "blind"}[*blind])
+					}
+					s := bench.Summarize(label, a.String(), rs, *slo, bound, bench.WorkerNames(*nworkers))
+					fmt.Printf("%s %s seed %d: prefill tokens beyond one infinite cache (duplicate cold prefills and evictions): %d\n",
+						label, a, sd, bench.ExtraPrefillTokens(rs, bound))
 					s.HitPooled = pooled
 					if *nseeds > 1 {
 						s.Seed = sd

@@ -52,6 +52,11 @@ func TestReplicasPeersAndDisruptionBudget(t *testing.T) {
 	if !found {
 		t.Errorf("peers Service %s has no port named %s (EndpointSlices copy the Service's port names)", svc.Name, cfg.Peers.Kubernetes.PortName)
 	}
+	// Envoy's ext_proc cluster (STRICT_DNS, checked by envoy.Check) resolves the kvroute
+	// Service: headless, it yields one host per replica.
+	if ext := o.services["kvroute"]; ext == nil || ext.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Error("the kvroute Service Envoy's ext_proc cluster resolves must be headless (clusterIP: None): a ClusterIP is one host for every replica")
+	}
 	var pdbOK bool
 	for _, p := range o.pdbs {
 		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
