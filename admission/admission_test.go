@@ -399,7 +399,7 @@ func TestTenantLabelCardinalityBounded(t *testing.T) {
 		t.Fatalf("settled series %d, want %d", n, 22*3)
 	}
 	// The budget map itself stays bounded too: idle tenants of ended windows are pruned.
-	if len(a.budget.tenants) > 10001 {
+	if len(a.budget.(*local).tenants) > 10001 {
 		t.Fatal("budget map grew past the tenants seen")
 	}
 }

@@ -26,6 +26,13 @@ type Admission struct {
 	// that cannot be trusted (source header: a tenant header from a peer outside
 	// admission.trusted_peers; api_key: a key not in the key file).
 	UntrustedIdentity *prometheus.CounterVec // source
+	// BackendErrors counts failed calls to the redis budget backend by op (reserve,
+	// settle): a timeout, a refused connection, an error reply.
+	BackendErrors *prometheus.CounterVec // op
+	// BackendDown counts reservations decided without the redis backend (it failed or
+	// counts as down), by the tenant's redis_down mode: local (1/replicas of the budget
+	// enforced in memory), fail_open (admitted unbudgeted), fail_closed (refused, 503).
+	BackendDown *prometheus.CounterVec // mode
 }
 
 // tenantBound is the tenant label's bound, said in every help text that uses it.
@@ -46,5 +53,9 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 			Name: "settlements_total", Help: "Settlements by usage_source (reported, counted, estimated, released)."}, []string{"usage_source"})),
 		UntrustedIdentity: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "untrusted_identity_total", Help: "Identity claims ignored as untrusted, by source (header from an untrusted peer, unknown api_key)."}, []string{"source"})),
+		BackendErrors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "backend_errors_total", Help: "Failed calls to the redis budget backend, by op (reserve, settle)."}, []string{"op"})),
+		BackendDown: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "backend_down_total", Help: "Reservations decided while the redis budget backend was unreachable, by redis_down mode (local: 1/replicas of the budget in memory, fail_open, fail_closed)."}, []string{"mode"})),
 	}
 }
