@@ -86,7 +86,8 @@ const keySlack = time.Minute
 // redisBackend keeps budgets in Redis, shared by every replica with the same keys.
 // Every call is bounded by admission.redis.timeout; after a failure Redis counts as
 // down for retry_interval, and reservations meanwhile follow the tenant's redis_down
-// mode (Admitter.reserveDown).
+// mode (Admitter.reserve). A call that timed out after Redis ran it stays charged
+// there while the fallback charges it too: conservative, never an overrun.
 type redisBackend struct {
 	c         *redis.Client
 	cfg       config.RedisBudget

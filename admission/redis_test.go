@@ -280,7 +280,8 @@ func TestBackendsWindowsAndModelLimits(t *testing.T) {
 // Redis killed mid-run: every tenant gets its redis_down mode, counted — local (1/N of
 // the budget in memory, N = admission.redis.replicas), fail_open, fail_closed (503) —
 // and a hung Redis (SIGSTOP) is bounded by admission.redis.timeout. When Redis is back
-// and retry_interval passed, reservations go to Redis again.
+// and retry_interval passed, reservations go to Redis again (the restarted server has
+// no scripts cached: EVALSHA answers NOSCRIPT and the client falls back to EVAL).
 func TestRedisDownModes(t *testing.T) {
 	srv := startRedis(t)
 	clk := &clock{t: fixed()}
