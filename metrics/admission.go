@@ -11,7 +11,7 @@ type Admission struct {
 	// outcome (response.Outcome; rejected when admission or the router refused it).
 	Requests *prometheus.CounterVec // tenant, outcome
 	// Refused counts refusals by tenant and reason: tokens, requests, concurrency
-	// (429), unauthenticated (401).
+	// (429), unauthenticated (401), unavailable (503: redis_down fail_closed).
 	Refused *prometheus.CounterVec // tenant, reason
 	// TokensReserved counts token cost reserved at admission, by tenant.
 	TokensReserved *prometheus.CounterVec // tenant
@@ -44,7 +44,7 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 		Requests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "requests_total", Help: "Requests by tenant (bounded) and outcome, once each when settled or refused." + tenantBound}, []string{"tenant", "outcome"})),
 		Refused: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded) and reason (tokens, requests, concurrency, unauthenticated)." + tenantBound}, []string{"tenant", "reason"})),
+			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded) and reason (tokens, requests, concurrency, unauthenticated, unavailable: fail_closed while the redis budget backend is down)." + tenantBound}, []string{"tenant", "reason"})),
 		TokensReserved: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "reserved_tokens_total", Help: "Token cost reserved at admission, by tenant (bounded)." + tenantBound}, []string{"tenant"})),
 		TokensSettled: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
