@@ -32,7 +32,10 @@ type Admitter struct {
 	peers  []netip.Prefix
 	keys   map[[sha256.Size]byte]string
 	limits map[string]config.Limits
-	budget *local
+	models map[histKey]config.ModelLimits // tenant × model token limits
+	budget backend
+	redis  *redisBackend // backend redis; nil for local
+	hist   *outputHistory
 	labels *Labeler
 }
 
@@ -51,7 +54,7 @@ func New(opt Options) (*Admitter, error) {
 		return nil, err
 	}
 	a := &Admitter{cfg: c, m: opt.Metrics.Admission, now: opt.Now, peers: peers, limits: map[string]config.Limits{},
-		budget: newLocal(), labels: NewLabeler(c.MetricsTenants, c.MetricsMaxTenants)}
+		hist: newOutputHistory(c.OutputHistory), labels: NewLabeler(c.MetricsTenants, c.MetricsMaxTenants)}
 	if c.APIKeysFile != "" {
 		if a.keys, err = LoadKeys(c.APIKeysFile); err != nil {
 			return nil, err
@@ -59,6 +62,12 @@ func New(opt Options) (*Admitter, error) {
 	}
 	for _, t := range c.Tenants {
 		a.limits[t.Name] = t.Limits
+	}
+	a.models = modelLimits(c.Tenants)
+	a.budget = newLocal("local")
+	if c.Backend == "redis" {
+		a.redis = newRedis(c.Redis, a.m)
+		a.budget = a.redis
 	}
 	return a, nil
 }
@@ -68,9 +77,10 @@ var errUnauthenticated = &router.Error{Status: http.StatusUnauthorized, Type: "a
 
 // Want is what a request asks for, in tokens, from the router's own counts.
 type Want struct {
-	PromptTokens int // router.Ticket.PromptTokens (0 unknown)
-	CachedTokens int // router.Ticket.CachedTokens: the predicted cached prefix
-	MaxTokens    int // request max_tokens; 0 absent
+	PromptTokens int    // router.Ticket.PromptTokens (0 unknown)
+	CachedTokens int    // router.Ticket.CachedTokens: the predicted cached prefix
+	MaxTokens    int    // request max_tokens; 0 absent
+	Model        string // the model asked for (router.Ticket.Model): per-model limits and output history
 	// Class is the request's QoS class, the class label of the per-tenant metrics
 	// ("" → DefaultClass).
 	Class string
@@ -81,7 +91,7 @@ type Want struct {
 // WantOf is the Want of a picked ticket for a request with maxTokens; the grant
 // observes the ticket's TTFT (router.Ticket.OnFirstToken).
 func WantOf(t *router.Ticket, maxTokens int) Want {
-	return Want{PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens, MaxTokens: maxTokens, ticket: t}
+	return Want{PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens, MaxTokens: maxTokens, Model: t.Model, ticket: t}
 }
 
 // cost prices tokens with admission.weights: w_uncached·uncached + w_cached·cached +
@@ -91,12 +101,18 @@ func (a *Admitter) cost(uncached, cached, output int) int64 {
 	return int64(math.Ceil(w.Uncached*float64(max(uncached, 0)) + w.Cached*float64(max(cached, 0)) + w.Output*float64(max(output, 0))))
 }
 
-// outputEstimate is min(max_tokens, default_output_tokens); the default when absent.
-func (a *Admitter) outputEstimate(maxTokens int) int {
-	if maxTokens > 0 {
-		return min(maxTokens, a.cfg.DefaultOutputTokens)
+// outputEstimate is min(max_tokens, e) (e when max_tokens is absent), where e is the
+// learned p90 output of tenant × model (admission.output_history) or
+// default_output_tokens before it has min_samples.
+func (a *Admitter) outputEstimate(tenant, model string, maxTokens int) int {
+	e, ok := a.hist.p90(tenant, model)
+	if !ok {
+		e = a.cfg.DefaultOutputTokens
 	}
-	return a.cfg.DefaultOutputTokens
+	if maxTokens > 0 {
+		return min(maxTokens, e)
+	}
+	return e
 }
 
 // LimitsOf returns tenant's limits: its admission.tenants entry, else admission.default.
@@ -114,12 +130,11 @@ func (a *Admitter) Reserve(id Identity, w Want) (*Grant, error) {
 	if a == nil {
 		return nil, nil
 	}
-	est := a.outputEstimate(w.MaxTokens)
+	est := a.outputEstimate(id.Tenant, w.Model, w.MaxTokens)
 	cached := min(max(w.CachedTokens, 0), max(w.PromptTokens, 0))
 	uncached := max(w.PromptTokens-cached, 0)
 	cost := a.cost(uncached, cached, est)
-	lim := a.LimitsOf(id.Tenant)
-	res, ref := a.budget.reserve(id.Tenant, lim, cost, a.now())
+	res, ref := a.reserve(a.planOf(id.Tenant, w.Model, cost), a.now())
 	l := a.labels.Labels(id.Tenant, w.Class)
 	if ref != nil {
 		a.refuse(l, ref.Reason)
@@ -152,8 +167,15 @@ func refusalError(r *Refusal, cost int64) *router.Error {
 	e := &router.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", RetryAfter: retry,
 		Details: "kvroute_admission_" + r.Reason}
 	switch r.Reason {
+	case "unavailable": // fail_closed while the redis budget backend is down
+		e.Status, e.Type, e.Message = http.StatusServiceUnavailable, "service_unavailable", "kvroute: tenant budget backend unavailable (admission.redis, fail_closed)"
+		return e
 	case "tokens":
-		e.Message = fmt.Sprintf("kvroute: tenant token budget exceeded: this request needs %d tokens, %d of %d per minute remain", cost, r.TokensRemaining, r.TokenLimit)
+		per := "per " + windowName(r.Window)
+		if r.Model != "" {
+			per += " for model " + r.Model
+		}
+		e.Message = fmt.Sprintf("kvroute: tenant token budget exceeded: this request needs %d tokens, %d of %d %s remain", cost, r.TokensRemaining, r.TokenLimit, per)
 	case "requests":
 		e.Message = fmt.Sprintf("kvroute: tenant request budget exceeded: %d requests per minute", r.RequestLimit)
 	default:
@@ -173,12 +195,32 @@ func refusalError(r *Refusal, cost int64) *router.Error {
 	return e
 }
 
+// windowName is "minute", "day", or the window as a duration ("6h0m0s").
+func windowName(w time.Duration) string {
+	switch w {
+	case time.Minute:
+		return "minute"
+	case 24 * time.Hour:
+		return "day"
+	}
+	return w.String()
+}
+
 // Snapshot returns every tenant's budget state (no keys, no secrets).
 func (a *Admitter) Snapshot() []TenantState {
 	if a == nil {
 		return nil
 	}
 	return a.budget.snapshot(a.now())
+}
+
+// Close releases the budget backend's connections (redis); the Admitter must not be
+// used after.
+func (a *Admitter) Close() error {
+	if a == nil || a.redis == nil {
+		return nil
+	}
+	return a.redis.close()
 }
 
 // Grant is one admitted request's reservation. Settle, Release or Abort it exactly
@@ -206,7 +248,7 @@ func (g *Grant) Identity() Identity {
 // only for a tenant with a token budget. Without one the count would feed only the
 // settled-token metrics, and a settlement without usage keeps the estimate.
 func (g *Grant) CountsTokens() bool {
-	return g != nil && g.a.LimitsOf(g.id.Tenant).TokensPerMinute > 0
+	return g != nil && g.a.budgeted(g.id.Tenant)
 }
 
 // Reserved is the token cost reserved.
@@ -270,13 +312,16 @@ func (g *Grant) Release() {
 	if g == nil || !g.done.CompareAndSwap(false, true) {
 		return
 	}
-	g.a.budget.settle(g.res, 0, g.a.now())
+	g.a.settle(g.res, 0)
 	g.a.m.Settlements.WithLabelValues("released").Inc()
 }
 
 func (g *Grant) finish(actual int64, uncached, cached, output int, src string, o response.Outcome) {
 	a := g.a
-	a.budget.settle(g.res, actual, a.now())
+	a.settle(g.res, actual)
+	if o == response.OutcomeOK && (src == "reported" || src == "counted") {
+		a.hist.add(g.id.Tenant, g.want.Model, output)
+	}
 	a.m.Settlements.WithLabelValues(src).Inc()
 	l := g.labels
 	a.m.TokensSettled.WithLabelValues(l[0], l[1], "uncached").Add(float64(max(uncached, 0)))

@@ -23,10 +23,19 @@
 //     Grant.CountsTokens), else the estimate stands
 //     (kvroute_admission_settlements_total{usage_source}).
 //
-// Budgets use fixed one-minute windows. The local backend keeps them in memory under
-// one mutex: reserve is check-and-charge in one step, so concurrent requests against a
-// budget of exactly K tokens admit exactly what fits.
+// Budgets use fixed windows aligned to the Unix epoch: the minute of
+// tokens_per_minute and requests_per_minute, any token_windows (a 24h one is a UTC
+// day), per tenant and per tenant × model. The output estimate is min(max_tokens,
+// learned p90 output of the tenant × model), default_output_tokens before history
+// (outputHistory: bounded rings, bounded keys).
 //
-// Not done yet (issue 14): QoS classes, queueing in kvroute and fair dispatch; a redis
-// backend for several replicas; a learned per-tenant output estimate; per-day windows.
+// Backends: local keeps budgets in memory under one mutex; redis (redis.go) keeps them
+// in Redis for several replicas, reserve and settle each one Lua script (atomic on the
+// server), settle exactly once per ticket key. Either way reserve is check-and-charge
+// in one step, so concurrent requests against a budget of exactly K tokens admit
+// exactly what fits. While Redis is unreachable each tenant's redis_down mode applies
+// (local 1/N fallback, fail_open, fail_closed; Admitter.reserve).
+//
+// Not done yet (issue 14): QoS classes, queueing in kvroute and fair dispatch;
+// stream_options.include_usage injection.
 package admission

@@ -197,7 +197,7 @@ func TestTenantLabelCardinalityBounded(t *testing.T) {
 	}
 	t.Logf("10,002 tenants → %d label values, %d series", len(per), total)
 	// The budget map itself stays bounded too: idle tenants of ended windows are pruned.
-	if len(a.budget.tenants) > 10002 {
+	if len(a.budget.(*local).tenants) > 10002 {
 		t.Fatal("budget map grew past the tenants seen")
 	}
 }

