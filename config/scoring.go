@@ -57,6 +57,9 @@ type Scoring struct {
 	ExploreFraction float64 `mapstructure:"explore_fraction"`
 	// QueueBacklog counts bookings at their remaining prefill work (Lindley backlog).
 	QueueBacklog bool `mapstructure:"queue_backlog"`
+	// EvictDuringWait discounts cached prefixes by what the queue ahead writes first
+	// (off by default: a positive feedback in deep queues, scoring README "Overload").
+	EvictDuringWait bool `mapstructure:"evict_during_wait"`
 
 	Baselines ScoringBaselines `mapstructure:"baselines"`
 	Scrape    Scrape           `mapstructure:"scrape"`
@@ -113,7 +116,7 @@ func (s Scoring) Options() scoring.Options {
 		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, WriteHalfLife: s.WriteHalfLife, MaxTTFT: s.MaxTTFT,
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
-		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog,
+		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,

@@ -13,7 +13,7 @@
 //	          + θ₄·R·max(1,(Q+U)/B)·δ                      decode interference
 //
 //	U = prompt − cached (cached capped at prompt−1: vLLM always recomputes the last token,
-//	    less what the queue's writes evict before the request is scheduled, overload.go)
+//	    with evict_during_wait also less what the queue's writes evict first, overload.go)
 //	Q = booked uncached tokens (or their remaining work, queue_backlog) + unsized bookings·F_w
 //	    + w_age·max(0, waiting − booked prefilling − ours that left since the scrape)·F_w
 //	R = booked decoding + w_age·max(0, running − booked requests)

@@ -94,7 +94,9 @@ func features(o *Options, in *Input, c *Candidate, p prior, v workerView) (Featu
 	queueTok := queueTokens(o, in, c, v)
 	prompt := max(in.PromptTokens, 0)
 	cached := min(max(c.CachedTokens, 0), prompt)
-	cached = keptAfterWait(in, c, cached, queueTok)
+	if o.EvictDuringWait {
+		cached = keptAfterWait(in, c, cached, queueTok)
+	}
 	uncached := float64(prompt - cached)
 	f[TermPrefill] = uncached / p.prefillRate
 

@@ -64,6 +64,13 @@ type Options struct {
 	// default: measured +10 % p90 at overload (Mooncake 3×) but −30 % on KV-bound
 	// multi-turn chat (BENCHMARKS.md, "Scoring under overload").
 	QueueBacklog bool
+	// EvictDuringWait discounts a worker's cached prefix by the blocks its queue ahead
+	// writes before the request is scheduled (README "Overload", keptAfterWait). Off by
+	// default: the model ignores that requests queued ahead which share the prefix keep
+	// it referenced and re-touched, so in deep queues it called every hot prefix
+	// evicted, routed cache-blind, recomputed, deepened the queues — a positive feedback
+	// (Zipf 1.2 at 4 req/s: p90 68 s with it, 3.6 s without; BENCHMARKS.md).
+	EvictDuringWait bool
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.

@@ -14,7 +14,7 @@ import (
 // whole prefill. With room for the queue's writes the hit stands; with room for part
 // of it, the hit keeps what is left.
 func TestEvictedDuringTheWaitIsNoHit(t *testing.T) {
-	p := NewPredictor(Options{Rand: seeded(1)}, false)
+	p := NewPredictor(Options{Rand: seeded(1), EvictDuringWait: true}, false)
 	in := input(6200)
 	mk := func(kvUsage float64) Candidate {
 		c := cand("hot", 6000, 40000)
@@ -42,6 +42,24 @@ func TestEvictedDuringTheWaitIsNoHit(t *testing.T) {
 	c.Worker.Profile.BlockCapacity = 2700
 	if got, want := keptAfterWait(in, &c, 6000, 40000), 3200; got != want {
 		t.Fatalf("partial eviction keeps %d tokens, want %d", got, want)
+	}
+}
+
+// TestEvictionDuringTheWaitIsOptIn: by default the index's hit stands behind any queue
+// (the same worker as above, 2,500 blocks written ahead of 205 free): the prefill is
+// the 200 uncached tokens' only, 200/6,200 of the cold worker's. The eviction model is
+// opt-in because in deep queues of a hot prefix it called every holder's prefix evicted
+// (the requests ahead share and re-touch it), routing cache-blind into a runaway.
+func TestEvictionDuringTheWaitIsOptIn(t *testing.T) {
+	p := NewPredictor(Options{Rand: seeded(1)}, false)
+	in := input(6200)
+	c := cand("hot", 6000, 40000)
+	c.Worker.Profile.BlockCapacity = 2048
+	c.Load = workers.Load{KVUsage: 0.9, ScrapedAt: t0}
+	full := p.Predict(in, &Candidate{Worker: &workers.Worker{Name: "cold"}}).Prefill
+	got := p.Predict(in, &c).Prefill
+	if want := time.Duration(float64(full) * 200 / 6200); got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Fatalf("default: prefill %v, want the uncached 200 tokens' %v (cold %v)", got, want, full)
 	}
 }
 
