@@ -34,6 +34,7 @@ type Admitter struct {
 	limits map[string]config.Limits
 	budget *local
 	labels *Labeler
+	queue  *Queue // nil: no class has a queue
 }
 
 // New returns an Admitter; it reads the API key file when the api_key source is
@@ -60,6 +61,7 @@ func New(opt Options) (*Admitter, error) {
 	for _, t := range c.Tenants {
 		a.limits[t.Name] = t.Limits
 	}
+	a.queue = NewQueue(c, a.m, true)
 	return a, nil
 }
 
@@ -269,6 +271,7 @@ func (g *Grant) finish(actual int64, uncached, cached, output int, src string, o
 	a.m.TokensSettled.WithLabelValues(g.label, "uncached").Add(float64(max(uncached, 0)))
 	a.m.TokensSettled.WithLabelValues(g.label, "cached").Add(float64(max(cached, 0)))
 	a.m.TokensSettled.WithLabelValues(g.label, "output").Add(float64(max(output, 0)))
+	a.queue.charge(g.id.Tenant, a.cfg.Weights.Output*float64(max(output, 0))) // VTC: output served
 	if o == "" {
 		o = response.OutcomeAborted
 	}

@@ -26,6 +26,16 @@ type Admission struct {
 	// that cannot be trusted (source header: a tenant header from a peer outside
 	// admission.trusted_peers; api_key: a key not in the key file).
 	UntrustedIdentity *prometheus.CounterVec // source
+
+	// QueueSeconds observes how long each request of a class with a queue waited in
+	// kvroute's queue (0 when it was picked at once), by tenant (bounded) and class,
+	// when it left the queue (dispatched, refused or its client gone).
+	QueueSeconds *prometheus.HistogramVec // tenant, class
+	// QueueDepth is the number of requests waiting in kvroute's queue, by class.
+	QueueDepth *prometheus.GaugeVec // class
+	// QueueRejected counts requests the queue refused, by class and reason
+	// (queue_full, queue_shed, queue_timeout: x-kvroute-rejected-reason).
+	QueueRejected *prometheus.CounterVec // class, reason
 }
 
 // tenantBound is the tenant label's bound, said in every help text that uses it.
@@ -46,5 +56,12 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 			Name: "settlements_total", Help: "Settlements by usage_source (reported, counted, estimated, released)."}, []string{"usage_source"})),
 		UntrustedIdentity: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "untrusted_identity_total", Help: "Identity claims ignored as untrusted, by source (header from an untrusted peer, unknown api_key)."}, []string{"source"})),
+		QueueSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "queue_seconds", Help: "Time requests of a class with a queue waited in kvroute's queue (0 when picked at once), by tenant (bounded) and class." + tenantBound,
+			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60}}, []string{"tenant", "class"})),
+		QueueDepth: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "queue_depth", Help: "Requests waiting in kvroute's queue, by class."}, []string{"class"})),
+		QueueRejected: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "queue_rejected_total", Help: "Requests refused by kvroute's queue, by class and reason (queue_full, queue_shed, queue_timeout)."}, []string{"class", "reason"})),
 	}
 }
