@@ -27,6 +27,13 @@
 // one mutex: reserve is check-and-charge in one step, so concurrent requests against a
 // budget of exactly K tokens admit exactly what fits.
 //
-// Not done yet (issue 14): QoS classes, queueing in kvroute and fair dispatch; a redis
-// backend for several replicas; a learned per-tenant output estimate; per-day windows.
+// QoS (qos.go, fairqueue.go): Classify puts a request in a class of admission.classes
+// (first match over tenant, API, model, headers, JWT claims, prompt tokens); Pick picks
+// through the router with the class objective and, for a class with a queue, waits in
+// Queue while the router answers router.ErrWait, woken by router.OnCapacity; the order
+// is FairQueue's (priority, then the Virtual Token Counter of Sheng et al., OSDI '24,
+// then FCFS), a pure core kvbench also runs in virtual time.
+//
+// Not done yet (issue 14): a redis backend for several replicas; a learned per-tenant
+// output estimate; per-day windows.
 package admission

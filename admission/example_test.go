@@ -36,6 +36,21 @@ func TestTenantsExampleConfig(t *testing.T) {
 	if _, err := a.Identify(Input{Header: headers("x-kvroute-tenant", "alpha")}); err == nil {
 		t.Fatal("a tenant header from an unknown peer must not identify (401 expected)")
 	}
+	// README "Classes, the queue and fair dispatch": alpha interactive (band 10, 2 s, 10 s
+	// queue), long prompts long, everyone else batch (60 s queue).
+	for _, tc := range []struct {
+		in   ClassInput
+		want string
+		prio int
+	}{{ClassInput{Tenant: "alpha", PromptTokens: 50000}, "interactive", 10}, {ClassInput{Tenant: "beta", PromptTokens: 40000}, "long", 0},
+		{ClassInput{Tenant: "beta", PromptTokens: 100}, "batch", 0}} {
+		if c := a.Classify(tc.in); c.Name != tc.want || c.Priority != tc.prio {
+			t.Errorf("%+v: class %s priority %d, want %s %d", tc.in, c.Name, c.Priority, tc.want, tc.prio)
+		}
+	}
+	if q := c.Admission.MaxQueueTime(); q.Seconds() != 60 {
+		t.Fatalf("longest max_queue_time %s", q)
+	}
 }
 
 // The README's worked example: 3,000 prompt tokens, 2,000 cached, max_tokens 100,

@@ -70,6 +70,9 @@ func NewFairQueue(size int, limit map[string]int, fair bool) *FairQueue {
 		tenants: map[string][]*Entry{}, counter: map[string]float64{}}
 }
 
+// SetLimit sets class's queue limit (0: the class may not wait).
+func (q *FairQueue) SetLimit(class string, limit int) { q.limit[class] = limit }
+
 // Len is the number of waiting entries.
 func (q *FairQueue) Len() int { return q.n }
 
