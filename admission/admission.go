@@ -37,6 +37,7 @@ type Admitter struct {
 	redis  *redisBackend // backend redis; nil for local
 	hist   *outputHistory
 	labels *Labeler
+	queue  *Queue // nil: no class has a queue
 }
 
 // New returns an Admitter; it reads the API key file when the api_key source is
@@ -69,6 +70,7 @@ func New(opt Options) (*Admitter, error) {
 		a.redis = newRedis(c.Redis, a.m)
 		a.budget = a.redis
 	}
+	a.queue = NewQueue(c, a.m, true)
 	return a, nil
 }
 
@@ -327,6 +329,7 @@ func (g *Grant) finish(actual int64, uncached, cached, output int, src string, o
 	a.m.TokensSettled.WithLabelValues(l[0], l[1], "uncached").Add(float64(max(uncached, 0)))
 	a.m.TokensSettled.WithLabelValues(l[0], l[1], "cached").Add(float64(max(cached, 0)))
 	a.m.TokensSettled.WithLabelValues(l[0], l[1], "output").Add(float64(max(output, 0)))
+	a.queue.charge(g.id.Tenant, a.cfg.Weights.Output*float64(max(output, 0))) // VTC: output served
 	if o == "" {
 		o = response.OutcomeAborted
 	}

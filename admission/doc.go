@@ -36,6 +36,12 @@
 // exactly what fits. While Redis is unreachable each tenant's redis_down mode applies
 // (local 1/N fallback, fail_open, fail_closed; Admitter.reserve).
 //
-// Not done yet (issue 14): QoS classes, queueing in kvroute and fair dispatch;
-// stream_options.include_usage injection.
+// QoS (qos.go, fairqueue.go): Classify puts a request in a class of admission.classes
+// (first match over tenant, API, model, headers, JWT claims, prompt tokens); Pick picks
+// through the router with the class objective and, for a class with a queue, waits in
+// Queue while the router answers router.ErrWait, woken by router.OnCapacity; the order
+// is FairQueue's (priority, then the Virtual Token Counter of Sheng et al., OSDI '24,
+// then FCFS), a pure core kvbench also runs in virtual time.
+//
+// Not done yet (issue 14): stream_options.include_usage injection.
 package admission

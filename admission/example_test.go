@@ -51,6 +51,26 @@ func exampleAdmitter(t *testing.T) *Admitter {
 	return a
 }
 
+// README "Classes, the queue and fair dispatch" with examples/kvroute-tenants.yaml:
+// alpha interactive (band 10, 2 s, 10 s queue), long prompts long, everyone else batch
+// (60 s queue).
+func TestTenantsExampleClasses(t *testing.T) {
+	a := exampleAdmitter(t)
+	for _, tc := range []struct {
+		in   ClassInput
+		want string
+		prio int
+	}{{ClassInput{Tenant: "alpha", PromptTokens: 50000}, "interactive", 10}, {ClassInput{Tenant: "beta", PromptTokens: 40000}, "long", 0},
+		{ClassInput{Tenant: "beta", PromptTokens: 100}, "batch", 0}} {
+		if c := a.Classify(tc.in); c.Name != tc.want || c.Priority != tc.prio {
+			t.Errorf("%+v: class %s priority %d, want %s %d", tc.in, c.Name, c.Priority, tc.want, tc.prio)
+		}
+	}
+	if q := a.cfg.MaxQueueTime(); q.Seconds() != 60 {
+		t.Fatalf("longest max_queue_time %s", q)
+	}
+}
+
 // The README's worked example: 3,000 prompt tokens, 2,000 cached, max_tokens 100,
 // cached priced 0.1 → 1,300 reserved; 40 completion tokens reported → 1,240 settled.
 func TestReadmeWorkedExample(t *testing.T) {

@@ -158,6 +158,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	if a.Admission, err = admission.New(admission.Options{Config: cfg.Admission, Metrics: ms}); err != nil {
 		return nil, err
 	}
+	a.Router.OnCapacity(a.Admission.Wake) // the queue dispatches when capacity frees
 	return a, nil
 }
 

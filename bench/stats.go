@@ -19,6 +19,11 @@ type Result struct {
 	Worker       string        `json:"worker,omitempty"`
 	Predicted    time.Duration `json:"predicted_ttft_ns,omitempty"` // router's prediction (virtual runs)
 	Err          string        `json:"error,omitempty"`
+	// QoS runs (VirtualOptions.QoS): the request's tenant and class, and how long it
+	// waited in kvroute's queue (included in TTFT and E2E, which count from arrival).
+	Tenant string        `json:"tenant,omitempty"`
+	Class  string        `json:"class,omitempty"`
+	Queued time.Duration `json:"queued_ns,omitempty"`
 }
 
 // Percentile returns the p-th percentile (0..100) of xs by linear interpolation

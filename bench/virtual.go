@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
@@ -64,6 +67,23 @@ type VirtualOptions struct {
 	ExchangeInterval time.Duration
 	// ExchangeDelay is the transit time of a summary (network + decode); 0 means none.
 	ExchangeDelay time.Duration
+	// QoS, when set, puts kvroute's queue in front of the pick: admission.FairQueue, the
+	// same ordering core `kvroute serve`/`proxy` run, here in virtual time (kvbench
+	// --qos). nil: every request is picked on arrival, as before.
+	QoS *VirtualQoS
+}
+
+// VirtualQoS is a virtual run's QoS: who each request is from and its class. A request
+// whose class has a queue and finds every worker busy and none predicted within the
+// class objective (router.ErrWait) waits; it is dispatched when a ticket ends or gets
+// its first token (router.OnCapacity), in FairQueue's order (priority, then VTC across
+// tenants when Fair, then FCFS); past the class's max_queue_time it fails with
+// admission.ReasonQueueTimeout.
+type VirtualQoS struct {
+	Tenant   func(item int) string
+	Class    func(tenant string) config.Class
+	Fair     bool
+	QueueMax int // 0: 10,000
 }
 
 // Slowdown makes worker Worker (0-based) Factor times slower than its speed so far, At
@@ -208,8 +228,20 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		first  time.Time
 		chain  []int
 		pos    int
+		tenant string
+		cls    config.Class
+		req    *request.Request
+		toks   []uint32
 	}
 	engines := map[string]*sim.VirtualEngine{}
+	var fq *admission.FairQueue
+	if o.QoS != nil {
+		qm := o.QoS.QueueMax
+		if qm <= 0 {
+			qm = 10000
+		}
+		fq = admission.NewFairQueue(qm, queueLimits{}, o.QoS.Fair)
+	}
 	var next func(chain []int, pos int)
 	var streamQ func() // starts the next chain in streams mode; nil otherwise
 	finish := func(st *state) {
@@ -250,6 +282,9 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 				if out.Generated > 1 {
 					r.ITL = now.Sub(st.first) / time.Duration(out.Generated-1)
 				}
+				if fq != nil {
+					fq.Charge(st.tenant, float64(out.Generated)) // VTC: output served
+				}
 				st.ticket.Done(200, response.Usage{PromptTokens: r.PromptTokens, CompletionTokens: out.Generated, CachedTokens: out.CachedTokens, CachedReported: out.CachedTokens > 0, Present: true}, now)
 				finish(st)
 			}
@@ -265,6 +300,78 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	}
 
 	ctx := context.Background()
+	fail := func(st *state, why string) {
+		results[st.idx].Err = why
+		finish(st)
+	}
+	// dispatch picks for st; false when the router says wait (router.ErrWait).
+	dispatch := func(st *state) bool {
+		i := st.idx
+		r := &results[i]
+		po := router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)}
+		if fq != nil {
+			po.SLO, po.Wait = st.cls.TTFTObjective, st.cls.QueueLimit > 0
+		}
+		t, err := reps[i%nrep].rt.Pick(ctx, st.req, po)
+		if errors.Is(err, router.ErrWait) {
+			return false
+		}
+		if err != nil {
+			fail(st, err.Error())
+			return true
+		}
+		st.ticket = t
+		r.Worker = t.Worker
+		r.Predicted = t.Predicted.TTFT
+		r.Queued = clock.Now().Sub(st.sent)
+		if fq != nil {
+			fq.Charge(st.tenant, float64(t.PromptTokens)) // VTC: prompt served at dispatch
+		}
+		if err := engines[t.Worker].Submit(&sim.Request{ID: fmt.Sprintf("req-%d", i), Prompt: st.toks, MaxTokens: w.Items[i].MaxTokens, Tag: st}); err != nil {
+			t.Abort()
+			fail(st, err.Error())
+		}
+		return true
+	}
+	expire := func() {
+		for _, e := range fq.Expire(clock.Now()) {
+			fail(e.Tag.(*state), admission.ReasonQueueTimeout)
+		}
+	}
+	drain := func() {
+		expire()
+		for e := fq.Pop(); e != nil; e = fq.Pop() {
+			if !dispatch(e.Tag.(*state)) {
+				fq.Requeue(e)
+				return
+			}
+		}
+	}
+	if fq != nil {
+		pending := false
+		wake := func() { // called inside engine callbacks: drain on the clock, once per instant
+			if !pending {
+				pending = true
+				clock.After(0, func() { pending = false; drain() })
+			}
+		}
+		for _, rp := range reps {
+			rp.rt.OnCapacity(wake)
+		}
+	}
+	enqueue := func(st *state) {
+		now := clock.Now()
+		e := &admission.Entry{Tenant: st.tenant, Class: st.cls.Name, Priority: st.cls.Priority, Deadline: now.Add(st.cls.MaxQueueTime), Tag: st}
+		shed, reason := fq.Push(e, now)
+		if reason != "" {
+			fail(st, reason)
+			return
+		}
+		if shed != nil {
+			fail(shed.Tag.(*state), admission.ReasonShed)
+		}
+		clock.At(e.Deadline, expire)
+	}
 	next = func(chain []int, pos int) {
 		i := chain[pos]
 		it := &w.Items[i]
@@ -272,21 +379,22 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		now := clock.Now()
 		r := &results[i]
 		*r = Result{Index: i, Start: now.Sub(virtualStart), PromptTokens: len(toks)}
-		st := &state{idx: i, sent: now, chain: chain, pos: pos}
-		req := &request.Request{API: request.APICompletions, Model: prof.Model, PromptTokenIDs: [][]uint32{toks}, MaxTokens: it.MaxTokens, Stream: true}
-		t, err := reps[i%nrep].rt.Pick(ctx, req, router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)})
-		if err != nil {
-			r.Err = err.Error()
-			finish(st)
+		st := &state{idx: i, sent: now, chain: chain, pos: pos, toks: toks,
+			req: &request.Request{API: request.APICompletions, Model: prof.Model, PromptTokenIDs: [][]uint32{toks}, MaxTokens: it.MaxTokens, Stream: true}}
+		if fq == nil {
+			dispatch(st)
 			return
 		}
-		st.ticket = t
-		r.Worker = t.Worker
-		r.Predicted = t.Predicted.TTFT
-		if err := engines[t.Worker].Submit(&sim.Request{ID: fmt.Sprintf("req-%d", i), Prompt: toks, MaxTokens: it.MaxTokens, Tag: st}); err != nil {
-			t.Abort()
-			r.Err = err.Error()
-			finish(st)
+		st.tenant = o.QoS.Tenant(i)
+		st.cls = o.QoS.Class(st.tenant)
+		r.Tenant, r.Class = st.tenant, st.cls.Name
+		if st.cls.QueueLimit > 0 {
+			fq.SetLimit(st.cls.Name, st.cls.QueueLimit)
+		}
+		// arrivals join a non-empty queue of their class's band order rather than
+		// overtaking it; an empty queue tries the pick at once
+		if fq.Len() > 0 && st.cls.QueueLimit > 0 || !dispatch(st) {
+			enqueue(st)
 		}
 	}
 	cs := chains(w)
@@ -453,3 +561,6 @@ func multiFeeder(reps []*replicaState) IndexFeeder {
 	}
 	return f
 }
+
+// queueLimits are a virtual run's per-class queue limits, filled as classes appear.
+type queueLimits = map[string]int

@@ -60,6 +60,14 @@ type Admission struct {
 	// (the first seen) do too; every other tenant is labelled "other".
 	MetricsTenants    []string `mapstructure:"metrics_tenants"`
 	MetricsMaxTenants int      `mapstructure:"metrics_max_tenants"`
+	// Classes are the QoS classes (config/qos.go, README "Tenants, budgets and
+	// classes"), first match wins; none: every request is in class "default" and
+	// nothing waits in kvroute.
+	Classes []Class `mapstructure:"classes"`
+	// QueueMax bounds the requests waiting in kvroute's queue, all classes together;
+	// when full an arrival sheds the lowest-priority, latest waiter below its own
+	// priority, else is refused (429, x-kvroute-rejected-reason: queue_full).
+	QueueMax int `mapstructure:"queue_max"`
 }
 
 // CostWeights are the token prices of admission.weights (dimensionless multipliers).
@@ -105,7 +113,7 @@ const DefaultMetricsMaxTenants = 100
 func defaultAdmission() Admission {
 	return Admission{MetadataNamespace: "envoy.filters.http.jwt_authn", MetadataKey: "jwt_payload", Claim: "sub",
 		TenantHeader: "x-kvroute-tenant", Backend: "local", Weights: CostWeights{Uncached: 1, Cached: 1, Output: 1},
-		DefaultOutputTokens: 1024, MetricsMaxTenants: DefaultMetricsMaxTenants,
+		DefaultOutputTokens: 1024, MetricsMaxTenants: DefaultMetricsMaxTenants, QueueMax: 10000,
 		Redis: defaultRedisBudget(), OutputHistory: OutputHistory{Samples: 64, MinSamples: 8, MaxKeys: 4096}}
 }
 
@@ -162,6 +170,9 @@ func (a Admission) validate() error {
 	}
 	if a.MetricsMaxTenants < 0 {
 		return fieldErr("admission.metrics_max_tenants", "must be ≥ 0, got %d", a.MetricsMaxTenants)
+	}
+	if err := a.validateClasses(); err != nil {
+		return err
 	}
 	lims := append([]Limits{a.Default}, make([]Limits, 0, len(a.Tenants))...)
 	seen := map[string]bool{}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -45,6 +46,7 @@ var (
 	ErrClientHeader      = errors.New("a client-supplied routing header reaches Envoy's routing")
 	ErrFailOpen          = errors.New("without kvroute's pick a request could reach a client-chosen worker or none")
 	ErrJWT               = errors.New("the verified JWT payload does not reach kvroute's admission")
+	ErrMessageTimeout    = errors.New("ext_proc message_timeout shorter than kvroute may hold a request")
 )
 
 // EarlyHeaderMutation is the early header mutation extension that strips client headers.
@@ -67,7 +69,20 @@ type Expect struct {
 	// admission.metadata_key ("" = not compared): where admission reads the verified
 	// JWT payload in metadata_context. Checked only where a jwt_authn filter exists.
 	ClaimNamespace, ClaimKey string
+	// MaxQueueTime is the longest admission max_queue_time of the kvroute
+	// configurations the bootstrap serves (config.Admission.MaxQueueTime; 0 = no
+	// queue). kvroute holds a queued request's headers reply (BUFFERED: its body reply)
+	// that long, so every ext_proc filter whose request body mode is not
+	// FULL_DUPLEX_STREAMED (where message_timeout does not apply) needs message_timeout
+	// ≥ MaxQueueTime + DecisionBudget, else Envoy answers 504 (fail closed) or skips
+	// kvroute (fail open) while the request waits.
+	MaxQueueTime time.Duration
 }
+
+// DecisionBudget is the message_timeout the shipped bootstraps give one decision
+// without a queue (parsing and tokenizing a large BUFFERED body on a busy machine):
+// the margin above MaxQueueTime.
+const DecisionBudget = 2 * time.Second
 
 // StrippedHeaders are the client request headers every configuration must remove
 // before ext_proc and routing: the destination kvroute sets, and its "-served" twin
@@ -212,6 +227,15 @@ func Check(e Expect, roots ...proto.Message) error {
 		}
 		if x.GetAllowModeOverride() {
 			bad(ErrModeOverride, "%s: allow_mode_override must be false", where)
+		}
+		if e.MaxQueueTime > 0 && pm.GetRequestBodyMode() != fd {
+			mt := 200 * time.Millisecond // Envoy's default
+			if x.GetMessageTimeout() != nil {
+				mt = x.GetMessageTimeout().AsDuration()
+			}
+			if need := e.MaxQueueTime + DecisionBudget; mt < need {
+				bad(ErrMessageTimeout, "%s: message_timeout %s < %s (max_queue_time %s + %s decision budget)", where, mt, need, e.MaxQueueTime, DecisionBudget)
+			}
 		}
 	}
 	// A client never chooses its worker: the routing headers are stripped before

@@ -66,10 +66,11 @@ type stream struct {
 	failed        bool // an ImmediateResponse went out: Envoy stops processing and closes
 	req           *request.Request
 	ticket        *router.Ticket
-	tenant        admission.Identity // from the request headers message (Identify)
-	grant         *admission.Grant   // settled with the ticket (complete, finish)
-	route         *tracing.Route     // the kvroute.route span; nil until the request headers
-	traceparent   string             // W3C trace context of the caller (request headers)
+	tenant        admission.Identity   // from the request headers message (Identify)
+	classIn       admission.ClassInput // headers and metadata for the QoS class (admission.Pick)
+	grant         *admission.Grant     // settled with the ticket (complete, finish)
+	route         *tracing.Route       // the kvroute.route span; nil until the request headers
+	traceparent   string               // W3C trace context of the caller (request headers)
 	tracestate    string
 
 	// response direction
@@ -219,6 +220,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*struct
 		return st.immediate(err)
 	}
 	st.tenant = id
+	st.classIn = admission.ClassInput{Tenant: id.Tenant, Header: headerLookup(h), Metadata: md}
 	if h.GetEndOfStream() {
 		// No body will follow in any body mode (PS no_body_): pick on headers alone.
 		st.s.m.Streams.WithLabelValues("headers_only").Inc()
@@ -355,14 +357,20 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	_, span := tracing.Start(ctx, st.s.opt.Tracer, tracing.SpanParse)
 	req, err := st.parse(body, complete)
 	span.End()
+	var pk admission.Picked
 	if err == nil {
 		st.req = req
 		st.route.Set(tracing.Model(req.Model))
-		st.ticket, err = st.s.opt.Router.Pick(ctx, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
-			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints})
+		// Holding a request in kvroute's queue is holding this reply: Envoy's
+		// message_timeout must exceed the longest max_queue_time (README, envoy.Check).
+		// The stream's context ends when Envoy closes the stream (client gone): the
+		// queued entry is removed.
+		pk, err = st.s.opt.Admission.Pick(ctx, st.s.opt.Router, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
+			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints}, st.classIn)
+		st.ticket = pk.Ticket
 	}
 	if err == nil {
-		if st.grant, err = st.s.opt.Admission.Reserve(st.tenant, admission.WantOf(st.ticket, req.MaxTokens)); err != nil {
+		if st.grant, err = st.s.opt.Admission.Reserve(st.tenant, pk.Want(req.MaxTokens)); err != nil {
 			st.ticket.AbortWith(response.OutcomeRejected)
 			st.ticket = nil
 		}

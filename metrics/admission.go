@@ -42,6 +42,16 @@ type Admission struct {
 	// counts as down), by the tenant's redis_down mode: local (1/replicas of the budget
 	// enforced in memory), fail_open (admitted unbudgeted), fail_closed (refused, 503).
 	BackendDown *prometheus.CounterVec // mode
+
+	// QueueSeconds observes how long each request of a class with a queue waited in
+	// kvroute's queue (0 when it was picked at once), by tenant (bounded) and class,
+	// when it left the queue (dispatched, refused or its client gone).
+	QueueSeconds *prometheus.HistogramVec // tenant, class
+	// QueueDepth is the number of requests waiting in kvroute's queue, by class.
+	QueueDepth *prometheus.GaugeVec // class
+	// QueueRejected counts requests the queue refused, by class and reason
+	// (queue_full, queue_shed, queue_timeout: x-kvroute-rejected-reason).
+	QueueRejected *prometheus.CounterVec // class, reason
 }
 
 // tenantBound is the tenant label's bound, said in every help text that uses it.
@@ -69,5 +79,12 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 			Name: "backend_errors_total", Help: "Failed calls to the redis budget backend, by op (reserve, settle)."}, []string{"op"})),
 		BackendDown: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "backend_down_total", Help: "Reservations decided while the redis budget backend was unreachable, by redis_down mode (local: 1/replicas of the budget in memory, fail_open, fail_closed)."}, []string{"mode"})),
+		QueueSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "queue_seconds", Help: "Time requests of a class with a queue waited in kvroute's queue (0 when picked at once), by tenant (bounded) and class." + tenantBound,
+			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60}}, []string{"tenant", "class"})),
+		QueueDepth: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "queue_depth", Help: "Requests waiting in kvroute's queue, by class."}, []string{"class"})),
+		QueueRejected: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "queue_rejected_total", Help: "Requests refused by kvroute's queue, by class and reason (queue_full, queue_shed, queue_timeout)."}, []string{"class", "reason"})),
 	}
 }

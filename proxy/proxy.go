@@ -266,13 +266,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (unless passive health is off) and the request, of which nothing was sent, is
 	// picked again among the other workers (see errorHandler).
 	for attempt := 0; attempt < 2; attempt++ {
-		t, err := h.opt.Router.Pick(ctx, req, po)
+		// Admission classifies the request and, for a class with a queue, holds it
+		// here until a worker is predicted to meet the class objective (late binding).
+		pk, err := h.opt.Admission.Pick(ctx, h.opt.Router, req, po, admission.ClassInput{Tenant: id.Tenant, Header: r.Header.Get})
 		if err != nil {
 			route.Fail("no pick")
+			if r.Context().Err() != nil {
+				return // the client went away while queued: its entry is gone, nothing to answer
+			}
 			h.writeError(rec, api, err)
 			return
 		}
-		g, err := h.opt.Admission.Reserve(id, admission.WantOf(t, req.MaxTokens))
+		t := pk.Ticket
+		g, err := h.opt.Admission.Reserve(id, pk.Want(req.MaxTokens))
 		if err != nil {
 			t.AbortWith(response.OutcomeRejected)
 			route.Fail("request refused")

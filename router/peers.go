@@ -27,9 +27,10 @@ type WorkerBookings struct {
 func (r *Router) SetPeerBookings(m map[string]scoring.Booked) {
 	if len(m) == 0 {
 		r.peerBooked.Store(nil)
-		return
+	} else {
+		r.peerBooked.Store(&m)
 	}
-	r.peerBooked.Store(&m)
+	r.capacityFreed() // a peer's booking may have ended: a waiting request may now fit
 }
 
 // PeerBookings returns what SetPeerBookings last stored (nil none); not to be modified.

@@ -8,6 +8,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -127,7 +128,34 @@ type Router struct {
 	// changes counts changes of this replica's own bookings (Changes).
 	peerBooked atomic.Pointer[map[string]scoring.Booked]
 	changes    atomic.Uint64
+
+	// onCapacity is called (outside mu) after a booking shrank: a ticket ended or its
+	// first token arrived (OnCapacity).
+	onCapacity atomic.Pointer[func()]
 }
+
+// OnCapacity sets fn to be called, outside the router's lock and from the goroutine
+// that freed it, each time a booking shrinks: a ticket ends (Done, Complete, Abort,
+// the sweep, its worker removed) or its first token arrives (its prefill is done).
+// admission's queue dispatches on it instead of polling. nil removes it.
+func (r *Router) OnCapacity(fn func()) {
+	if fn == nil {
+		r.onCapacity.Store(nil)
+		return
+	}
+	r.onCapacity.Store(&fn)
+}
+
+func (r *Router) capacityFreed() {
+	if fn := r.onCapacity.Load(); fn != nil {
+		(*fn)()
+	}
+}
+
+// ErrWait is Pick's answer under PickOptions.Wait when the request should wait in
+// kvroute's queue: every candidate holds bookings and none is predicted to meet the
+// SLO. Nothing was booked.
+var ErrWait = errors.New("router: every worker is busy and none is predicted to meet the TTFT objective")
 
 // flight is one worker's bookings. booked is guarded by Router.mu; pub is booked as
 // last published (atomics: a lock-free snapshot for Prepare, possibly stale or torn,
@@ -203,6 +231,17 @@ type PickOptions struct {
 	// order of preference (the protocol's "ip:port,ip:port,..." destination list for
 	// gateways that retry down it); 0 none.
 	Fallbacks int
+	// Classify, when set, is called once per Pick with the prompt tokens the router
+	// counted (0 unknown), before the decision; it returns the SLO to pick with
+	// (replacing SLO) and whether the request may wait (Wait). Admission's QoS classes
+	// use it: a class can match on prompt length.
+	Classify func(promptTokens int) (slo time.Duration, wait bool)
+	// Wait makes Pick answer ErrWait, booking nothing, when the request should wait
+	// for capacity: SLO > 0, the policy predicts TTFTs, every candidate already holds
+	// bookings (an idle worker gets no faster by waiting: it is picked whatever its
+	// prediction) and the lowest prediction exceeds SLO. The policy first decides as a
+	// dry run (scoring.Input.DryRun); only a pick that goes ahead changes its state.
+	Wait bool
 }
 
 // Pick chooses a worker for req and books it. The returned Ticket must be ended with
@@ -231,6 +270,10 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	}
 	for i := range cands {
 		cands[i].Booked = r.bookedLocked(cands[i].Worker.Name)
+	}
+	if (opt.Wait || in.wait) && in.SLO > 0 && r.waitLocked(in, cands) {
+		r.mu.Unlock()
+		return nil, ErrWait
 	}
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
@@ -278,6 +321,29 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	return t, nil
 }
 
+// waitLocked reports whether the request should wait (PickOptions.Wait): every
+// candidate holds bookings and the policy's dry-run decision predicts no candidate
+// meeting in.SLO. Caller holds r.mu.
+func (r *Router) waitLocked(in *input, cands []scoring.Candidate) bool {
+	for i := range cands {
+		if cands[i].Booked.Requests == 0 {
+			return false
+		}
+	}
+	in.DryRun = true
+	d := r.opt.Policy.Pick(&in.Input, cands)
+	in.DryRun = false
+	if len(d.Predictions) != len(cands) {
+		return false // the policy does not predict: nothing to wait for
+	}
+	for _, p := range d.Predictions {
+		if p.TTFT <= in.SLO {
+			return false
+		}
+	}
+	return true
+}
+
 // Explanation is one worker's view of a request without booking anything.
 type Explanation struct {
 	Input      *scoring.Input
@@ -317,6 +383,7 @@ type input struct {
 	scoring.Input
 	path       tokenize.Path
 	regVersion uint64 // the registry version the candidates were read at
+	wait       bool   // PickOptions.Classify allowed waiting
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
@@ -370,6 +437,9 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		default:
 			in.path, in.Tokens, in.PromptTokens = res.Path, res.Tokens, res.PromptTokens
 		}
+	}
+	if opt.Classify != nil {
+		in.SLO, in.wait = opt.Classify(in.PromptTokens)
 	}
 	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
 		// Routing considers the first limit tokens: what is hashed, looked up and booked
@@ -540,6 +610,7 @@ func (r *Router) Sweep() int {
 	r.mu.Unlock()
 	if n := len(expired); n > 0 {
 		r.m.TicketsReleased.WithLabelValues("expired").Add(float64(n))
+		r.capacityFreed()
 	}
 	return len(expired)
 }
@@ -632,6 +703,7 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 	r.m.InFlightTokens.DeleteLabelValues(w.Name)
 	r.mu.Unlock()
 	if n > 0 {
+		r.capacityFreed()
 		r.m.TicketsReleased.WithLabelValues("worker_removed").Add(float64(n))
 	}
 	if r.opt.Index != nil {
@@ -719,6 +791,7 @@ func (t *Ticket) FirstToken(at time.Time) {
 	if f := t.onFirst.Load(); f != nil {
 		(*f)(ttft)
 	}
+	r.capacityFreed()
 }
 
 // Done records completion (end of stream, trailers, or a complete non-streamed body)
@@ -753,6 +826,7 @@ func (r *Router) end(t *Ticket, how string, o response.Outcome) (response.Outcom
 	r.releaseLocked(t, o)
 	r.mu.Unlock()
 	r.m.TicketsReleased.WithLabelValues(how).Inc()
+	r.capacityFreed()
 	return o, true
 }
 

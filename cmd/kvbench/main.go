@@ -88,6 +88,10 @@ func run(args []string) error {
 	blind := fs.Bool("blind", false, "virtual, --replicas > 1: replicas do not exchange bookings (peers empty)")
 	exDelay := fs.Duration("exchange-delay", 0, "virtual, --replicas > 1: transit time of a booking summary between replicas")
 	exInterval := fs.Duration("exchange-interval", 25*time.Millisecond, "virtual, --replicas > 1: coalescing period of the summaries (peers.interval)")
+	qos := fs.String("qos", "", fmt.Sprintf("virtual: QoS comparison instead of the policy runs, one of %v (kvroute's queue, admission.FairQueue, in virtual time); prints a table", bench.QoSScenarios))
+	qosShare := fs.Float64("qos-share", 0.9, "qos: share of requests from the flooding (flood) or high-priority (priority) tenant")
+	qosObjective := fs.Duration("qos-objective", 2*time.Second, "qos: the class TTFT objective (wait while no worker is predicted within it)")
+	qosMaxQueue := fs.Duration("qos-max-queue", 60*time.Second, "qos: the class max_queue_time (past it: queue_timeout)")
 	nseeds := fs.Int("seeds", 1, "run seeds seed..seed+N-1 and report mean ± sd per policy and load")
 	scoreboard := fs.Bool("scoreboard", false, "run the issue-12 scoreboard (every workload, all policies, several seeds) and write scoreboard.md")
 	rowsFlag := fs.String("rows", "", "scoreboard: only rows whose key matches this regular expression")
@@ -195,6 +199,22 @@ func run(args []string) error {
 	arrs, err := parseArrs(*seed)
 	if err != nil {
 		return err
+	}
+	if *qos != "" {
+		if len(targets) > 0 {
+			return errors.New("--qos runs virtual only")
+		}
+		p := "kvroute"
+		if *policies != "all" {
+			p = *policies
+		}
+		rows, err := bench.RunQoS(*qos, arrs[0].Apply(w), bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: arrs[0],
+			Seed: *seed, EventLag: *lag, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds}, *qosShare, *qosObjective, *qosMaxQueue)
+		if err != nil {
+			return err
+		}
+		fmt.Print(bench.QoSTable(rows))
+		return nil
 	}
 	if (len(speeds) > 0 || len(slows) > 0) && len(targets) > 0 {
 		return errors.New("--worker-speeds and --slow apply to virtual runs only")

@@ -1,0 +1,250 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/response"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// busyPredictor predicts 1 s of TTFT per request booked on a worker and picks the
+// lowest (a test policy: the queue only needs predictions and bookings).
+type busyPredictor struct{}
+
+func (busyPredictor) Name() string { return "busy" }
+func (busyPredictor) Pick(in *scoring.Input, cands []scoring.Candidate) scoring.Decision {
+	preds := make([]scoring.Prediction, len(cands))
+	best := 0
+	for i, c := range cands {
+		preds[i].TTFT = time.Duration(c.Booked.Requests) * time.Second
+		if preds[i].TTFT < preds[best].TTFT {
+			best = i
+		}
+	}
+	return scoring.Decision{Index: best, Reason: scoring.ReasonBest, Predictions: preds}
+}
+
+func qosSetup(t *testing.T, classes []config.Class, names ...string) (*Admitter, *router.Router, *metrics.Set) {
+	t.Helper()
+	reg := workers.NewRegistry()
+	var ws []*workers.Worker
+	for i, n := range names {
+		ws = append(ws, &workers.Worker{Name: n, Address: "10.0.0." + string(rune('1'+i)) + ":8000", Models: []string{"m"}})
+	}
+	reg.Set(ws)
+	ms := metrics.NewUnregistered()
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPredictor{}})
+	c := config.Default().Admission
+	c.Classes = classes
+	a, err := New(Options{Config: c, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.OnCapacity(a.Wake)
+	return a, rt, ms
+}
+
+func qreq() *request.Request {
+	return &request.Request{API: request.APICompletions, Model: "m", PromptTokenIDs: [][]uint32{{1, 2, 3, 4}}}
+}
+
+var interactive = config.Class{Name: "interactive", Priority: 10, TTFTObjective: 500 * time.Millisecond, QueueLimit: 10, MaxQueueTime: time.Hour}
+
+// waitQueued waits (condition, no deadline of its own) until class has n waiting.
+func waitQueued(t *testing.T, a *Admitter, class string, n int) {
+	t.Helper()
+	for a.QueueDepths()[class] != n {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type pickResult struct {
+	p   Picked
+	err error
+}
+
+func goPick(ctx context.Context, a *Admitter, rt *router.Router, tenant string) chan pickResult {
+	ch := make(chan pickResult, 1)
+	go func() {
+		p, err := a.Pick(ctx, rt, qreq(), router.PickOptions{}, ClassInput{Tenant: tenant})
+		ch <- pickResult{p, err}
+	}()
+	return ch
+}
+
+// Late binding: with every worker busy and none predicted within the objective the
+// request waits, and is picked when a ticket ends — on the worker that freed.
+func TestQueueLateBindingPicksTheWorkerThatFreed(t *testing.T) {
+	a, rt, ms := qosSetup(t, []config.Class{interactive}, "a", "b")
+	ctx := context.Background()
+	var ts []*router.Ticket
+	for i := 0; i < 2; i++ {
+		p, err := a.Pick(ctx, rt, qreq(), router.PickOptions{}, ClassInput{Tenant: "x"})
+		if err != nil || p.Class.Name != "interactive" || p.Waited != 0 {
+			t.Fatalf("pick %d: %+v %v", i, p, err)
+		}
+		ts = append(ts, p.Ticket)
+	}
+	ch := goPick(ctx, a, rt, "x")
+	waitQueued(t, a, "interactive", 1)
+	if got := testutil.ToFloat64(ms.Admission.QueueDepth.WithLabelValues("interactive")); got != 1 {
+		t.Fatalf("queue depth gauge %v", got)
+	}
+	freed := ts[1]
+	freed.Done(200, response.Usage{}, time.Time{})
+	r := <-ch
+	if r.err != nil || r.p.Ticket.Worker != freed.Worker || r.p.Waited <= 0 {
+		t.Fatalf("queued pick: %+v %v, want worker %s", r.p, r.err, freed.Worker)
+	}
+	if a.QueueDepths()["interactive"] != 0 {
+		t.Fatal("queue not empty")
+	}
+	if n := testutil.CollectAndCount(ms.Admission.QueueSeconds); n != 1 {
+		t.Fatalf("queue_seconds series %d", n)
+	}
+}
+
+// A request waiting past max_queue_time is refused 429 with the reason header; a class
+// without a queue is picked at once even when every worker is busy (the default).
+func TestQueueTimeoutAndDefaultUnchanged(t *testing.T) {
+	short := interactive
+	short.MaxQueueTime = 20 * time.Millisecond
+	a, rt, ms := qosSetup(t, []config.Class{{Name: "batch", Match: config.ClassMatch{Tenants: []string{"b"}}}, short}, "a")
+	ctx := context.Background()
+	if _, err := a.Pick(ctx, rt, qreq(), router.PickOptions{}, ClassInput{Tenant: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	// batch (no queue, no objective) goes through although the worker is busy
+	p, err := a.Pick(ctx, rt, qreq(), router.PickOptions{}, ClassInput{Tenant: "b"})
+	if err != nil || p.Class.Name != "batch" || p.Ticket == nil {
+		t.Fatalf("batch: %+v %v", p, err)
+	}
+	r := <-goPick(ctx, a, rt, "x")
+	var re *router.Error
+	if !errors.As(r.err, &re) || re.Status != http.StatusTooManyRequests || header(re, RejectedReasonHeader) != ReasonQueueTimeout ||
+		header(re, "x-kvroute-class") != "interactive" {
+		t.Fatalf("timeout: %v %+v", r.err, re)
+	}
+	if got := testutil.ToFloat64(ms.Admission.QueueRejected.WithLabelValues("interactive", ReasonQueueTimeout)); got != 1 {
+		t.Fatalf("queue_rejected_total %v", got)
+	}
+	if got := testutil.ToFloat64(ms.Admission.Refused.WithLabelValues("x", "interactive", ReasonQueueTimeout)); got != 1 {
+		t.Fatalf("refused_total %v", got)
+	}
+}
+
+// A client that goes away while queued leaves the queue at once; the next capacity
+// goes to the request behind it.
+func TestQueueDisconnectRemoves(t *testing.T) {
+	a, rt, _ := qosSetup(t, []config.Class{interactive}, "a")
+	t1, err := a.Pick(context.Background(), rt, qreq(), router.PickOptions{}, ClassInput{Tenant: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := goPick(ctx, a, rt, "x")
+	waitQueued(t, a, "interactive", 1)
+	stays := goPick(context.Background(), a, rt, "y")
+	waitQueued(t, a, "interactive", 2)
+	cancel()
+	if r := <-gone; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("gone: %v", r.err)
+	}
+	if d := a.QueueDepths()["interactive"]; d != 1 {
+		t.Fatalf("depth %d after disconnect", d)
+	}
+	t1.Ticket.Abort()
+	if r := <-stays; r.err != nil || r.p.Ticket == nil {
+		t.Fatalf("stays: %v", r.err)
+	}
+}
+
+// Priority in the live queue: when capacity frees, the higher class goes first even
+// though it arrived later.
+func TestQueuePriorityLive(t *testing.T) {
+	low := config.Class{Name: "low", Priority: 0, TTFTObjective: 500 * time.Millisecond, QueueLimit: 10, MaxQueueTime: time.Hour,
+		Match: config.ClassMatch{Tenants: []string{"l"}}}
+	a, rt, _ := qosSetup(t, []config.Class{low, interactive}, "a")
+	t1, _ := a.Pick(context.Background(), rt, qreq(), router.PickOptions{}, ClassInput{Tenant: "x"})
+	lo := goPick(context.Background(), a, rt, "l")
+	waitQueued(t, a, "low", 1)
+	hi := goPick(context.Background(), a, rt, "x")
+	waitQueued(t, a, "interactive", 1)
+	t1.Ticket.Abort()
+	var r pickResult
+	select {
+	case r = <-hi:
+	case r = <-lo:
+		t.Fatalf("the low-priority request was dispatched first: %+v", r)
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.p.Ticket.Abort() // frees the worker for the low one
+	if r := <-lo; r.err != nil {
+		t.Fatal(r.err)
+	}
+}
+
+// Classification rules: tenant, API, model, header, claim and prompt length; the
+// client's x-slo-ttft-ms is capped by the class objective.
+func TestClassify(t *testing.T) {
+	c := config.Default().Admission
+	c.Classes = []config.Class{
+		{Name: "long", Match: config.ClassMatch{MinPromptTokens: 1000}},
+		{Name: "gold", Priority: 5, Match: config.ClassMatch{Headers: map[string]string{"x-tier": "gold"}, APIs: []string{"chat"}}},
+		{Name: "acme", Match: config.ClassMatch{Tenants: []string{"acme"}, Models: []string{"m"}}},
+	}
+	a, err := New(Options{Config: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := func(k, v string) func(string) string {
+		return func(n string) string {
+			if n == k {
+				return v
+			}
+			return ""
+		}
+	}
+	cases := []struct {
+		in   ClassInput
+		want string
+	}{
+		{ClassInput{Tenant: "acme", Model: "m", PromptTokens: 5000}, "long"},
+		{ClassInput{Tenant: "z", API: request.APIChat, Header: hdr("x-tier", "gold")}, "gold"},
+		{ClassInput{Tenant: "z", API: request.APICompletions, Header: hdr("x-tier", "gold")}, "default"},
+		{ClassInput{Tenant: "acme", Model: "m"}, "acme"},
+		{ClassInput{Tenant: "acme", Model: "n"}, "default"},
+	}
+	for _, tc := range cases {
+		if got := a.Classify(tc.in).Name; got != tc.want {
+			t.Errorf("%+v: class %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	obj := &config.Class{TTFTObjective: time.Second}
+	if objective(obj, 2*time.Second) != time.Second || objective(obj, 300*time.Millisecond) != 300*time.Millisecond ||
+		objective(obj, 0) != time.Second || objective(&config.Class{}, 300*time.Millisecond) != 300*time.Millisecond {
+		t.Fatal("objective capping")
+	}
+}
+
+func header(e *router.Error, name string) string {
+	for _, h := range e.Header {
+		if h[0] == name {
+			return h[1]
+		}
+	}
+	return ""
+}
