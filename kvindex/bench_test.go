@@ -144,6 +144,29 @@ func BenchmarkLookup(b *testing.B) {
 	}
 }
 
+// BenchmarkLookupInCache: BenchmarkLookup's "four" shape at 64 workers with background=0
+// (the tables hold only the prompt, so the walk's working set stays in L2) next to the
+// same with 20,000 background blocks per worker: the first is the walk's instruction
+// cost alone, the difference what the large tables' cache and TLB misses add.
+func BenchmarkLookupInCache(b *testing.B) {
+	for _, bg := range []int{0, 20_000} {
+		b.Run(fmt.Sprint("background=", bg), func(b *testing.B) {
+			ix, keys := lookupIndex(64, bg, "four")
+			dst := make([]Match, 0, 64)
+			runtime.GC()
+			b.ResetTimer()
+			c0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				dst = ix.Lookup(keys, dst[:0])
+			}
+			reportCPU(b, c0)
+			if len(dst) != 4 || dst[0].Blocks != len(keys) {
+				b.Fatalf("got %+v", dst)
+			}
+		})
+	}
+}
+
 // cpuTime is the process's user+system CPU time. On the shared benchmark machine
 // (2 cores, ~8 runnable processes) wall time per op is inflated by preemption; the
 // benchmarks also report cpu-ns/op (CPU time consumed per op, all threads, GC included).
