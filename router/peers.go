@@ -83,19 +83,24 @@ func (r *Router) LocalBookings(maxKeys int) []WorkerBookings {
 	if maxKeys <= 0 {
 		return out
 	}
-	seen := make(map[kvindex.Key]struct{})
+	// Keys are deduplicated per worker: the same prefix prefilling on two workers at
+	// once (a burst spread before either finished) is reported for both.
+	seen := make([]map[kvindex.Key]struct{}, len(out))
 	for _, p := range pre {
 		b := p.t.spec.Load()
 		if b == nil || p.t.released.Load() {
 			continue
 		}
 		o := &out[p.out]
+		if seen[p.out] == nil {
+			seen[p.out] = make(map[kvindex.Key]struct{})
+		}
 		for _, k := range b.Keys() {
 			if len(o.Keys) >= maxKeys {
 				break
 			}
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
+			if _, dup := seen[p.out][k]; !dup {
+				seen[p.out][k] = struct{}{}
 				o.Keys = append(o.Keys, k)
 			}
 		}
