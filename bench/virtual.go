@@ -439,9 +439,21 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		if iv <= 0 {
 			iv = 25 * time.Millisecond
 		}
+		// Leading-edge coalescing, as package peers sends: a replica's change goes out
+		// at once when its last summary is at least iv old, else when iv has passed
+		// since it (at most one summary per iv; polled every millisecond of virtual time).
+		poll := min(time.Millisecond, iv)
+		lastSent := make([]time.Time, len(reps))
+		lastChanges := make([]uint64, len(reps))
 		var exchange func()
 		exchange = func() {
+			now := clock.Now()
 			for si, sender := range reps {
+				c := sender.rt.Changes()
+				if c == lastChanges[si] || (!lastSent[si].IsZero() && now.Sub(lastSent[si]) < iv) {
+					continue
+				}
+				lastChanges[si], lastSent[si] = c, now
 				local := sender.rt.LocalBookings(16384)
 				for ri, rcv := range reps {
 					if ri == si {
@@ -455,7 +467,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 				}
 			}
 			if remaining > 0 {
-				clock.After(iv, exchange)
+				clock.After(poll, exchange)
 			}
 		}
 		exchange()

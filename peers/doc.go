@@ -29,8 +29,13 @@
 // Each replica dials every target (a static list, or a DNS name / Kubernetes
 // EndpointSlices through the workers discovery sources filling a registry of peers)
 // and holds one client-streaming gRPC call open to it, on which it sends its summary
-// whenever its bookings change, coalesced to at most one per Interval (25 ms), and at
-// least every SilenceTimeout/3 while nothing changes. Every summary is complete and
+// whenever its bookings change, coalesced to at most one per Interval (25 ms) on the
+// leading edge: the first change after a quiet Interval goes out at once (the router's
+// ChangeSignal wakes the sender), later ones when the Interval since the last summary
+// has passed; and at least every SilenceTimeout/3 while nothing changes. A fixed tick
+// instead delays every change by up to an Interval, and in that window another replica
+// routes the next request for the same new prefix without seeing it (a duplicate cold
+// prefill; BENCHMARKS.md "Replicas" measures what that cost under cache pressure). Every summary is complete and
 // carries the sender's id, a random incarnation (per process start) and a sequence
 // number; the receiver drops a summary older than the last one it applied.
 //

@@ -67,7 +67,8 @@ type Options struct {
 	Router Local  // required
 	Index  Index  // nil: peers' keys are not imported
 	// Interval is the coalescing period: local changes are sent at most once per
-	// Interval, and silent peers are looked for as often.
+	// Interval (the first change after a quiet Interval at once), and silent peers
+	// are looked for as often.
 	Interval time.Duration
 	// SilenceTimeout drops a peer's state (its bookings and imported entries) when
 	// nothing arrived from it for this long; a summary is re-sent at least every
@@ -248,25 +249,46 @@ func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
 	}
 	m.mu.Unlock()
 
-	tk := time.NewTicker(m.o.Interval)
-	defer tk.Stop()
+	// Leading-edge coalescing: a change is sent at once when the last summary is at
+	// least Interval old, else when Interval has passed since it — at most one summary
+	// per Interval, and a request routed after a quiet spell reaches the peers after
+	// the transit time alone, not up to an Interval later. (A fixed ticker delayed
+	// every change by up to an Interval; in that window a peer routes the next request
+	// for the same new prefix blind: BENCHMARKS.md "Replicas".) The router's change
+	// signal wakes the loop; without one (a Local that lacks it) the timer polls.
+	var notify <-chan struct{}
+	if n, ok := m.o.Router.(interface{ ChangeSignal() <-chan struct{} }); ok {
+		notify = n.ChangeSignal()
+	}
+	tm := time.NewTimer(m.o.Interval)
+	defer tm.Stop()
 	var lastChanges uint64
-	var lastBuilt time.Time
+	var lastBuilt time.Time // m.o.Now's clock (summary stamps, heartbeat)
+	var sentAt time.Time    // the monotonic clock (coalescing)
 	var err error
 loop:
 	for {
 		now := m.o.Now()
-		if c := m.o.Router.Changes(); c != lastChanges || lastBuilt.IsZero() || now.Sub(lastBuilt) >= m.o.SilenceTimeout/3 {
-			lastChanges, lastBuilt = c, now
+		c := m.o.Router.Changes()
+		pending := c != lastChanges
+		if lastBuilt.IsZero() || (pending && time.Since(sentAt) >= m.o.Interval) || now.Sub(lastBuilt) >= m.o.SilenceTimeout/3 {
+			lastChanges, lastBuilt, sentAt = c, now, time.Now()
 			m.build(now)
+			pending = false
 		}
 		m.expire(now)
+		wait, wake := m.o.Interval, notify // expiry is checked at least every Interval
+		if pending {
+			wait, wake = max(0, m.o.Interval-time.Since(sentAt)), nil // a change waits for its turn
+		}
+		tm.Reset(wait)
 		select {
 		case <-ctx.Done():
 			break loop
 		case err = <-serveErr:
 			break loop
-		case <-tk.C:
+		case <-tm.C:
+		case <-wake:
 		}
 	}
 	cancel()

@@ -46,6 +46,21 @@ func (r *Router) PeerBookings() map[string]scoring.Booked {
 // compares it to the value it last sent to know whether anything changed.
 func (r *Router) Changes() uint64 { return r.changes.Load() }
 
+// ChangeSignal returns a channel that receives (at most one pending value) after a
+// change counted by Changes: a sender waits on it instead of polling. Nil for a Router
+// not made by New (a receive then blocks for ever).
+func (r *Router) ChangeSignal() <-chan struct{} { return r.changed }
+
+// noteChange counts a change of this replica's bookings and signals ChangeSignal
+// without blocking.
+func (r *Router) noteChange() {
+	r.changes.Add(1)
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
 // LocalBookings returns this replica's own bookings per worker with open requests,
 // in no particular order, with at most maxKeys block
 // keys per worker (0: none). Under r.mu it copies O(workers + open tickets) values;
@@ -83,19 +98,24 @@ func (r *Router) LocalBookings(maxKeys int) []WorkerBookings {
 	if maxKeys <= 0 {
 		return out
 	}
-	seen := make(map[kvindex.Key]struct{})
+	// Keys are deduplicated per worker: the same prefix prefilling on two workers at
+	// once (a burst spread before either finished) is reported for both.
+	seen := make([]map[kvindex.Key]struct{}, len(out))
 	for _, p := range pre {
 		b := p.t.spec.Load()
 		if b == nil || p.t.released.Load() {
 			continue
 		}
 		o := &out[p.out]
+		if seen[p.out] == nil {
+			seen[p.out] = make(map[kvindex.Key]struct{})
+		}
 		for _, k := range b.Keys() {
 			if len(o.Keys) >= maxKeys {
 				break
 			}
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
+			if _, dup := seen[p.out][k]; !dup {
+				seen[p.out][k] = struct{}{}
 				o.Keys = append(o.Keys, k)
 			}
 		}

@@ -128,6 +128,7 @@ type Router struct {
 	// changes counts changes of this replica's own bookings (Changes).
 	peerBooked atomic.Pointer[map[string]scoring.Booked]
 	changes    atomic.Uint64
+	changed    chan struct{} // cap 1: signalled at each change (ChangeSignal)
 
 	// onCapacity is called (outside mu) after a booking shrank: a ticket ended or its
 	// first token arrived (OnCapacity).
@@ -195,7 +196,7 @@ func New(opt Options) *Router {
 	if opt.MaxPromptTokens <= 0 {
 		opt.MaxPromptTokens = DefaultMaxPromptTokens
 	}
-	r := &Router{opt: opt, models: map[string]Model{}, m: opt.Metrics.Router,
+	r := &Router{opt: opt, changed: make(chan struct{}, 1), models: map[string]Model{}, m: opt.Metrics.Router,
 		flights: map[string]*flight{}, tickets: map[uint64]*Ticket{}}
 	for _, md := range opt.Models {
 		if md.BlockSize <= 0 {
@@ -531,7 +532,7 @@ func (t *Ticket) bookLocked(f *flight, sign int) {
 // change. Caller holds r.mu.
 func (r *Router) gaugesLocked(_ string, f *flight) {
 	b := &f.booked
-	r.changes.Add(1)
+	r.noteChange()
 	f.pub[0].Store(int64(b.Requests))
 	f.pub[1].Store(int64(b.PrefillTokens))
 	f.pub[2].Store(int64(b.Prefilling))
@@ -582,7 +583,7 @@ func (r *Router) book(t *Ticket, keys []kvindex.Key) {
 	b := r.opt.Index.Book(t.Worker, keys)
 	if b.Len() > 0 {
 		t.spec.Store(&b)
-		r.changes.Add(1) // the keys being prefilled changed (LocalBookings)
+		r.noteChange() // the keys being prefilled changed (LocalBookings)
 	}
 }
 
