@@ -15,7 +15,6 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvroute/kvroute/kvindex/kvevents"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -346,20 +345,26 @@ type pubState struct {
 	// dupFloor: live messages with dupFloor ≤ seq < next were already applied from a
 	// replay (they were queued while it ran); lower seqs mean the publisher restarted.
 	dupFloor uint64
+	// pend: the replay in flight for this publisher (nil: none); while set, live frames
+	// wait in its reorder buffer
+	pend *pending
 }
 
-// consume applies the worker's queue in order; it owns the worker's replay sockets.
+// consume applies the worker's queue in order and the replies of its replay exchanges
+// (which own their replay sockets).
 func (s *workerSub) consume(ctx context.Context) {
-	c := &consumer{s: s, dec: kvevents.NewDecoder(), pubs: map[int]*pubState{}, dealers: map[int]*zmq.Socket{}}
+	c := newConsumer(ctx, s)
 	defer c.close()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case f := <-s.q:
-			c.handle(ctx, f)
+			c.handle(f)
+		case rm := <-c.replies:
+			c.replayed(rm)
 		case <-s.resync:
-			c.resyncAll(ctx)
+			c.resyncAll()
 		}
 	}
 }
