@@ -15,7 +15,7 @@ type Index struct {
 	Replays       *prometheus.CounterVec   // worker, result: ok, partial, failed
 	Restarts      *prometheus.CounterVec   // worker: publisher restarts detected (sequence went backwards)
 	QueueDrops    *prometheus.CounterVec   // worker: messages dropped because the worker's queue was full
-	Reconnects    *prometheus.CounterVec   // worker: subscription sockets re-created after an error
+	Reconnects    *prometheus.CounterVec   // worker: subscription sockets re-created after an error or a closed publisher connection
 	Mode          *prometheus.GaugeVec     // worker, mode: 1 for the worker's current mode (exact, approximate, none), 0 otherwise
 	WorkerEntries *prometheus.GaugeVec     // worker: (block, worker) entries held for the worker, confirmed + speculative
 	LagSeconds    *prometheus.HistogramVec // worker: now − batch timestamp when a batch is applied
@@ -69,7 +69,7 @@ func newIndex(reg prometheus.Registerer) *Index {
 		Replays:    cv("replays_total", "Replay requests per worker by result (ok, partial, failed; abandoned: reorder buffer overflow or publisher restart while pending).", "worker", "result"),
 		Restarts:   cv("restarts_total", "Publisher restarts detected (sequence number went backwards), per worker.", "worker"),
 		QueueDrops: cv("queue_drops_total", "KV event messages dropped because the worker's queue was full (a resync follows).", "worker"),
-		Reconnects: cv("reconnects_total", "KV event sockets re-created after an error, per worker.", "worker"),
+		Reconnects: cv("reconnects_total", "KV event sockets re-created after an error or a closed publisher connection, per worker.", "worker"),
 		Mode: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "mode",
 			Help: "1 for the worker's current index mode (exact: events in sync; approximate: speculative or out of sync; none), 0 otherwise."}, []string{"worker", "mode"})),
 		WorkerEntries: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "worker_entries",
