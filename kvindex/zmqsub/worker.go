@@ -209,22 +209,35 @@ var monitorSeq atomic.Uint64
 
 // monitor returns a PAIR socket receiving sock's disconnect events (ZMQ closes a
 // connection whose peer sent a message over ZMQ_MAXMSGSIZE, or that went away), owned
-// by sock's goroutine. nil when ZMQ cannot monitor (the count is then lost, nothing else).
-func (m *Manager) monitor(sock *zmq.Socket, events zmq.Event) *zmq.Socket {
+// by sock's goroutine, and stop, which ends the monitoring and closes it; stop must run
+// before sock is closed. nil when ZMQ cannot monitor (the count is then lost, nothing
+// else). Order matters: libzmq sends each event from its I/O thread with a blocking
+// send on a PAIR socket, which blocks while no peer is connected — closing mon while
+// sock is still monitored can freeze that thread, and with it every socket of the
+// context, at the next event.
+func (m *Manager) monitor(sock *zmq.Socket, events zmq.Event) (mon *zmq.Socket, stop func()) {
 	addr := fmt.Sprintf("inproc://kvroute-zmqsub-monitor-%d", monitorSeq.Add(1))
 	if err := sock.Monitor(addr, events); err != nil {
-		return nil
+		return nil, func() {}
+	}
+	stop = func() {
+		_ = sock.Monitor("", 0) // zmq_socket_monitor(sock, NULL, 0): no event is sent after it
+		if mon != nil {
+			mon.Close()
+		}
 	}
 	mon, err := zmq.NewSocket(zmq.PAIR)
 	if err != nil {
-		return nil
+		mon = nil
+		return nil, stop
 	}
 	_ = mon.SetLinger(0)
 	if err := mon.Connect(addr); err != nil {
 		mon.Close()
-		return nil
+		mon = nil
+		return nil, stop
 	}
-	return mon
+	return mon, stop
 }
 
 // receiveOnce runs one SUB socket for rank r until ctx ends (nil), a socket error, or
@@ -239,10 +252,8 @@ func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int, lost *boo
 	if err := sock.SetSubscribe(s.w.KVEvents.Topic); err != nil {
 		return err
 	}
-	mon := s.m.monitor(sock, zmq.EVENT_DISCONNECTED|zmq.EVENT_CONNECTED)
-	if mon != nil {
-		defer mon.Close()
-	}
+	mon, stopMon := s.m.monitor(sock, zmq.EVENT_DISCONNECTED|zmq.EVENT_CONNECTED)
+	defer stopMon() // before sock.Close (deferred earlier)
 	if err := sock.Connect(ep); err != nil {
 		return err
 	}
@@ -328,14 +339,12 @@ func (m *Manager) runBind(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		mon := m.monitor(sock, zmq.EVENT_DISCONNECTED)
+		mon, stopMon := m.monitor(sock, zmq.EVENT_DISCONNECTED)
 		_ = sock.SetSubscribe("")
 		if err := sock.Bind(m.opt.BindEndpoint); err != nil {
 			if first {
+				stopMon()
 				sock.Close()
-				if mon != nil {
-					mon.Close()
-				}
 				return err
 			}
 		} else {
@@ -348,10 +357,8 @@ func (m *Manager) runBind(ctx context.Context) error {
 				func() { m.m.DroppedMessages.WithLabelValues("malformed_frame").Inc() },
 				func(zmq.Event) error { m.m.Disconnects.WithLabelValues("").Inc(); return nil })
 		}
+		stopMon()
 		sock.Close()
-		if mon != nil {
-			mon.Close()
-		}
 		if ctx.Err() != nil {
 			return nil
 		}
