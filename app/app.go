@@ -85,7 +85,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	kvev, err := zmqsub.New(zmqsub.Options{Index: a.Index, Metrics: ms.Index, Logger: logger, QueueSize: cfg.Index.QueueSize,
 		ReplayTimeout: cfg.Index.ReplayTimeout, ReconnectMin: cfg.Index.ReconnectMin, ReconnectMax: cfg.Index.ReconnectMax,
 		BindEndpoint: cfg.Index.BindEndpoint, TopicPattern: cfg.Index.TopicPattern, SweepEvery: cfg.Index.SweepInterval,
-		MaxMessageBytes: cfg.Index.MaxMessageBytes, ReplayBackoffMin: cfg.Index.ReplayBackoffMin, ReplayBackoffMax: cfg.Index.ReplayBackoffMax})
+		MaxMessageBytes: cfg.Index.MaxMessageBytes, ReplayBackoffMin: cfg.Index.ReplayBackoffMin, ReplayBackoffMax: cfg.Index.ReplayBackoffMax,
+		ReplayBufferFrames: cfg.Index.ReplayBufferFrames, ReplayBufferBytes: cfg.Index.ReplayBufferBytes})
 	if err != nil {
 		return nil, fmt.Errorf("kv events: %w", err)
 	}

@@ -41,6 +41,13 @@ type Index struct {
 	// request that got no answer; gaps inside it are not replayed.
 	ReplayBackoffMin time.Duration `mapstructure:"replay_backoff_min"`
 	ReplayBackoffMax time.Duration `mapstructure:"replay_backoff_max"`
+	// ReplayBufferFrames and ReplayBufferBytes bound each worker's reorder buffer, where
+	// live KV event messages wait (in seq order) while a replay is in flight; a message
+	// that would exceed either abandons the replay (the buffered messages are applied,
+	// the worker goes approximate). 0 means index.queue_size messages and
+	// 2 × index.max_message_bytes.
+	ReplayBufferFrames int   `mapstructure:"replay_buffer_frames"`
+	ReplayBufferBytes  int64 `mapstructure:"replay_buffer_bytes"`
 }
 
 func defaultIndex() Index {
@@ -88,6 +95,10 @@ func (i Index) validate() error {
 		return fieldErr("index.replay_backoff_min", "must be > 0, got %s", i.ReplayBackoffMin)
 	case i.ReplayBackoffMax < i.ReplayBackoffMin:
 		return fieldErr("index.replay_backoff_max", "must be ≥ index.replay_backoff_min (%s), got %s", i.ReplayBackoffMin, i.ReplayBackoffMax)
+	case i.ReplayBufferFrames < 0:
+		return fieldErr("index.replay_buffer_frames", "must be ≥ 0 messages (0 = index.queue_size), got %d", i.ReplayBufferFrames)
+	case i.ReplayBufferBytes != 0 && i.ReplayBufferBytes < i.MaxMessageBytes:
+		return fieldErr("index.replay_buffer_bytes", "must be 0 (2 × index.max_message_bytes) or ≥ index.max_message_bytes (%d, one message must fit), got %d", i.MaxMessageBytes, i.ReplayBufferBytes)
 	}
 	return nil
 }

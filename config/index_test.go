@@ -15,17 +15,19 @@ func TestIndexDefaultsValid(t *testing.T) {
 
 func TestIndexValidate(t *testing.T) {
 	for key, mut := range map[string]func(*Index){
-		"index.speculative_ttl":    func(i *Index) { i.SpeculativeTTL = -time.Second },
-		"index.max_bytes":          func(i *Index) { i.MaxBytes = -1 },
-		"index.queue_size":         func(i *Index) { i.QueueSize = 0 },
-		"index.replay_timeout":     func(i *Index) { i.ReplayTimeout = 0 },
-		"index.reconnect_max":      func(i *Index) { i.ReconnectMax = time.Millisecond },
-		"index.topic_pattern":      func(i *Index) { i.TopicPattern = "kv@{model}" },
-		"index.bind_endpoint":      func(i *Index) { i.BindEndpoint = "http://x" },
-		"index.sweep_interval":     func(i *Index) { i.SweepInterval = 0 },
-		"index.max_message_bytes":  func(i *Index) { i.MaxMessageBytes = 100 },
-		"index.replay_backoff_min": func(i *Index) { i.ReplayBackoffMin = 0 },
-		"index.replay_backoff_max": func(i *Index) { i.ReplayBackoffMax = time.Millisecond },
+		"index.speculative_ttl":      func(i *Index) { i.SpeculativeTTL = -time.Second },
+		"index.max_bytes":            func(i *Index) { i.MaxBytes = -1 },
+		"index.queue_size":           func(i *Index) { i.QueueSize = 0 },
+		"index.replay_timeout":       func(i *Index) { i.ReplayTimeout = 0 },
+		"index.reconnect_max":        func(i *Index) { i.ReconnectMax = time.Millisecond },
+		"index.topic_pattern":        func(i *Index) { i.TopicPattern = "kv@{model}" },
+		"index.bind_endpoint":        func(i *Index) { i.BindEndpoint = "http://x" },
+		"index.sweep_interval":       func(i *Index) { i.SweepInterval = 0 },
+		"index.max_message_bytes":    func(i *Index) { i.MaxMessageBytes = 100 },
+		"index.replay_backoff_min":   func(i *Index) { i.ReplayBackoffMin = 0 },
+		"index.replay_backoff_max":   func(i *Index) { i.ReplayBackoffMax = time.Millisecond },
+		"index.replay_buffer_frames": func(i *Index) { i.ReplayBufferFrames = -1 },
+		"index.replay_buffer_bytes":  func(i *Index) { i.ReplayBufferBytes = 4096 }, // below one max message
 	} {
 		i := defaultIndex()
 		mut(&i)

@@ -15,7 +15,7 @@ type Index struct {
 	Replays       *prometheus.CounterVec   // worker, result: ok, partial, failed
 	Restarts      *prometheus.CounterVec   // worker: publisher restarts detected (sequence went backwards)
 	QueueDrops    *prometheus.CounterVec   // worker: messages dropped because the worker's queue was full
-	Reconnects    *prometheus.CounterVec   // worker: subscription sockets re-created after an error
+	Reconnects    *prometheus.CounterVec   // worker: subscription sockets re-created after an error or a closed publisher connection
 	Mode          *prometheus.GaugeVec     // worker, mode: 1 for the worker's current mode (exact, approximate, none), 0 otherwise
 	WorkerEntries *prometheus.GaugeVec     // worker: (block, worker) entries held for the worker, confirmed + speculative
 	LagSeconds    *prometheus.HistogramVec // worker: now − batch timestamp when a batch is applied
@@ -34,6 +34,20 @@ type Index struct {
 	// ReplayBackoffs (worker): gaps not replayed because the worker's replay endpoint
 	// failed recently and is in backoff.
 	ReplayBackoffs *prometheus.CounterVec
+	// ReplaysPending (worker): data-parallel ranks of the worker with a replay in flight
+	// (asynchronous: live frames meanwhile wait in the reorder buffer).
+	ReplaysPending *prometheus.GaugeVec
+	// ReplayBufferedFrames and ReplayBufferedBytes (worker): live frames (and their
+	// payload bytes) held in the reorder buffer behind pending replays.
+	ReplayBufferedFrames *prometheus.GaugeVec
+	ReplayBufferedBytes  *prometheus.GaugeVec
+	// ReplayBufferOverflows (worker): pending replays abandoned because the reorder
+	// buffer reached index.replay_buffer_frames or _bytes; the buffered frames are
+	// applied at once and the worker goes approximate.
+	ReplayBufferOverflows *prometheus.CounterVec
+	// ReplayBufferDiscarded (worker): buffered live frames discarded because their
+	// publisher restarted while the replay was pending (its entries were reset).
+	ReplayBufferDiscarded *prometheus.CounterVec
 }
 
 func newIndex(reg prometheus.Registerer) *Index {
@@ -52,10 +66,10 @@ func newIndex(reg prometheus.Registerer) *Index {
 		Anomalies: cv("anomalies_total", "Events that could not be applied exactly, per worker and kind (unknown_parent, unknown_removed, block_size_mismatch, bad_event: fields disagree, event dropped alone).",
 			"worker", "kind"),
 		Gaps:       cv("sequence_gaps_total", "Sequence gaps detected in a worker's KV event stream.", "worker"),
-		Replays:    cv("replays_total", "Replay requests per worker by result (ok, partial, failed).", "worker", "result"),
+		Replays:    cv("replays_total", "Replay requests per worker by result (ok, partial, failed; abandoned: reorder buffer overflow or publisher restart while pending).", "worker", "result"),
 		Restarts:   cv("restarts_total", "Publisher restarts detected (sequence number went backwards), per worker.", "worker"),
 		QueueDrops: cv("queue_drops_total", "KV event messages dropped because the worker's queue was full (a resync follows).", "worker"),
-		Reconnects: cv("reconnects_total", "KV event sockets re-created after an error, per worker.", "worker"),
+		Reconnects: cv("reconnects_total", "KV event sockets re-created after an error or a closed publisher connection, per worker.", "worker"),
 		Mode: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "mode",
 			Help: "1 for the worker's current index mode (exact: events in sync; approximate: speculative or out of sync; none), 0 otherwise."}, []string{"worker", "mode"})),
 		WorkerEntries: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "worker_entries",
@@ -70,14 +84,26 @@ func newIndex(reg prometheus.Registerer) *Index {
 		Disconnects:     cv("disconnects_total", "KV event publisher connections closed by ZMQ (publisher gone or restarted, or a message part over index.max_message_bytes, dropped unread), per worker (\"\": the bind-mode socket).", "worker"),
 		DroppedMessages: cv("dropped_messages_total", "Bind-mode KV event messages attributed to no worker, by reason (unmatched_topic, malformed_frame).", "reason"),
 		ReplayBackoffs:  cv("replay_backoffs_total", "Sequence gaps not replayed because the worker's replay endpoint failed recently (exponential backoff); the worker goes approximate.", "worker"),
+		ReplaysPending: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "replays_pending",
+			Help: "Data-parallel ranks of a worker with a replay in flight (live frames meanwhile wait in the reorder buffer)."}, []string{"worker"})),
+		ReplayBufferedFrames: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "replay_buffered_frames",
+			Help: "Live KV event frames held in a worker's reorder buffer behind pending replays."}, []string{"worker"})),
+		ReplayBufferedBytes: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "replay_buffered_bytes",
+			Help: "Payload bytes of the live frames held in a worker's reorder buffer behind pending replays."}, []string{"worker"})),
+		ReplayBufferOverflows: cv("replay_buffer_overflows_total", "Pending replays abandoned because the worker's reorder buffer reached index.replay_buffer_frames or index.replay_buffer_bytes (buffered frames applied at once; the worker goes approximate).", "worker"),
+		ReplayBufferDiscarded: cv("replay_buffer_discarded_total", "Buffered live frames discarded because their publisher restarted while a replay was pending (its entries were reset).", "worker"),
 	}
 }
 
 // DeleteWorker removes every per-worker series of worker.
 func (m *Index) DeleteWorker(worker string) {
 	for _, v := range []*prometheus.CounterVec{m.Events, m.Blocks, m.Batches, m.DecodeErrors, m.Anomalies, m.Gaps,
-		m.Replays, m.Restarts, m.QueueDrops, m.Reconnects, m.Disconnects, m.ReplayBackoffs} {
+		m.Replays, m.Restarts, m.QueueDrops, m.Reconnects, m.Disconnects, m.ReplayBackoffs,
+		m.ReplayBufferOverflows, m.ReplayBufferDiscarded} {
 		v.DeletePartialMatch(prometheus.Labels{"worker": worker})
+	}
+	for _, v := range []*prometheus.GaugeVec{m.ReplaysPending, m.ReplayBufferedFrames, m.ReplayBufferedBytes} {
+		v.DeleteLabelValues(worker)
 	}
 	m.Mode.DeletePartialMatch(prometheus.Labels{"worker": worker})
 	m.WorkerEntries.DeleteLabelValues(worker)

@@ -41,6 +41,14 @@ type Options struct {
 	ReplayOverlap int
 	// ReplayMute reads replay requests and never answers them (a hung replay socket).
 	ReplayMute bool
+	// ReplayGate, when set, makes each replay answer late on the test's command: the
+	// buffer is read when the request arrives (what the publisher held then), and the
+	// answer is sent only after a value is received from ReplayGate (or Close). Requests
+	// are served one at a time, so each answer takes one value.
+	ReplayGate chan struct{}
+	// ReplayRequests, when set, gets the requested seq of each replay request as it is
+	// read (before the gate); sends never block (a full channel drops the notice).
+	ReplayRequests chan uint64
 }
 
 type buffered struct {
@@ -205,6 +213,12 @@ func (p *Publisher) serveReplay(router *zmq.Socket) {
 			continue
 		}
 		id, from := msg[0], binary.BigEndian.Uint64(msg[2])
+		if p.opt.ReplayRequests != nil {
+			select {
+			case p.opt.ReplayRequests <- from:
+			default:
+			}
+		}
 		p.mu.Lock()
 		var out []buffered
 		for i, b := range p.buf {
@@ -213,6 +227,13 @@ func (p *Publisher) serveReplay(router *zmq.Socket) {
 			}
 		}
 		p.mu.Unlock()
+		if p.opt.ReplayGate != nil {
+			select {
+			case <-p.opt.ReplayGate:
+			case <-p.stop:
+				return
+			}
+		}
 		for _, b := range out {
 			var s8 [8]byte
 			binary.BigEndian.PutUint64(s8[:], b.seq)

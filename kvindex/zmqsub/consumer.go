@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"sync"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -12,26 +13,48 @@ import (
 	"github.com/kvroute/kvroute/kvindex/kvevents"
 )
 
-// consumer is the state owned by one worker's consume goroutine.
+// consumer is the state owned by one worker's consume goroutine. Replays run
+// asynchronously: each exchange is its own goroutine owning its DEALER socket, and
+// streams what it reads to the consumer (replies), which applies it between live
+// frames; the live frames of a rank with a pending replay wait in that rank's reorder
+// buffer (pending.buf), so the consumer never stops draining its queue.
 type consumer struct {
 	s       *workerSub
+	ctx     context.Context
 	dec     *kvevents.Decoder
 	batch   kvevents.Batch
 	pubs    map[int]*pubState
-	dealers map[int]*zmq.Socket // replay sockets by rank
-	// recovered: a replay ran while handling the current frame (and reused batch)
-	recovered bool
+	replies chan replayMsg // from replay exchanges, tagged with their id
+	// replayers: one goroutine per rank running that rank's exchanges one at a time
+	// (at most one replay socket per rank, however often replays are abandoned)
+	replayers map[int]*replayer
+	wg        sync.WaitGroup // replayer goroutines
+	ids       uint64         // last replay id
 	// replay backoff of this worker: no replay before replayAfter; replayBackoff is the
 	// last wait (doubles per failed replay, 0 after an answered one)
 	replayAfter   time.Time
 	replayBackoff time.Duration
+	// reorder buffer totals over every rank (bounded by ReplayBufferFrames/Bytes)
+	bufFrames int
+	bufBytes  int64
+	pending   int // ranks with a pending replay
 }
 
+func newConsumer(ctx context.Context, s *workerSub) *consumer {
+	return &consumer{s: s, ctx: ctx, dec: kvevents.NewDecoder(), pubs: map[int]*pubState{}, replies: make(chan replayMsg, 64),
+		replayers: map[int]*replayer{}}
+}
+
+// close cancels every pending replay and waits for the exchanges to end (each closes
+// its socket), then clears the worker's buffer gauges.
 func (c *consumer) close() {
-	for r, d := range c.dealers {
-		d.Close()
-		delete(c.dealers, r)
+	for _, p := range c.pubs {
+		if p.pend != nil {
+			p.pend.cancel()
+		}
 	}
+	c.wg.Wait()
+	c.adjust(-c.pending, -c.bufFrames, -c.bufBytes)
 }
 
 func (c *consumer) name() string { return c.s.w.Name }
@@ -45,8 +68,56 @@ func (c *consumer) pub(r int) *pubState {
 	return p
 }
 
-// handle tracks f's sequence (replaying gaps, detecting restarts) and applies it.
-func (c *consumer) handle(ctx context.Context, f frame) {
+// adjust changes the pending and buffered totals and the worker's gauges by deltas (a
+// replaced subscription's consumer may still be closing: its final deltas take only
+// its own share off the gauges).
+func (c *consumer) adjust(pending, frames int, bytes int64) {
+	m := c.s.m.m
+	c.pending += pending
+	c.bufFrames += frames
+	c.bufBytes += bytes
+	if pending != 0 {
+		m.ReplaysPending.WithLabelValues(c.name()).Add(float64(pending))
+	}
+	if frames != 0 {
+		m.ReplayBufferedFrames.WithLabelValues(c.name()).Add(float64(frames))
+	}
+	if bytes != 0 {
+		m.ReplayBufferedBytes.WithLabelValues(c.name()).Add(float64(bytes))
+	}
+}
+
+// replayKind says why a replay runs.
+type replayKind uint8
+
+const (
+	replayGap     replayKind = iota // a live frame above the next expected seq (the trigger, upto)
+	replayCatchUp                   // a publisher's first frame seen (upto): its earlier buffer; never desyncs
+	replayResync                    // queued frames were dropped: everything from next on (upto = from)
+)
+
+// pending is one rank's replay in flight: what was asked, what the exchange has
+// delivered so far (pubState.next advances with the replayed batches), and the live
+// frames received meanwhile, in arrival (= seq) order.
+type pending struct {
+	id         uint64
+	kind       replayKind
+	cancel     context.CancelFunc
+	from, upto uint64
+	hole       bool // a replayed batch skipped seqs after the first: the rest is not applied
+	resync     bool // queue drops while pending: resync when it ends
+	// live frames with seq ≥ liveNext are buffered; a resync replay also skips the
+	// duplicates [dupLo, dupHi) of an earlier replay until the first frame is buffered;
+	// any other seq went backwards: the publisher restarted.
+	liveNext     uint64
+	dupLo, dupHi uint64
+	buf          []frame
+	bytes        int64
+}
+
+// handle tracks f's sequence (starting replays of gaps, detecting restarts) and
+// applies it, or buffers it behind its rank's pending replay.
+func (c *consumer) handle(f frame) {
 	m := c.s.m
 	if f.reconnected {
 		c.reconnected(f.rank)
@@ -55,21 +126,33 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 	if f.restarted {
 		m.m.Restarts.WithLabelValues(c.name()).Inc()
 		m.log.Info("kvindex: worker restarted; dropping its entries", "worker", c.name())
+		for _, p := range c.pubs {
+			c.abandonForRestart(p)
+		}
 		m.ix.ResetWorker(c.name())
 		clear(c.pubs) // every rank's next frame is a baseline
 		return
 	}
-	c.recovered = false
-	err := c.dec.Decode(f.payload, &c.batch) // whole payload, before anything is applied
-	r := f.rank
-	if r < 0 { // bind mode: the rank is in the payload
-		if err != nil {
+	decoded := false
+	if f.rank < 0 { // bind mode: the rank is in the payload
+		if err := c.dec.Decode(f.payload, &c.batch); err != nil {
 			m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
 			return
 		}
-		r = c.batch.DPRank
+		f.rank, decoded = c.batch.DPRank, true
 	}
+	c.live(f, decoded)
+}
+
+// live handles one live frame of rank f.rank; decoded: c.batch holds its payload.
+func (c *consumer) live(f frame, decoded bool) {
+	m := c.s.m
+	r := f.rank
 	p := c.pub(r)
+	if p.pend != nil {
+		c.hold(p, f)
+		return
+	}
 	switch {
 	case !p.started:
 		// The first frame seen from a publisher is a baseline, not a gap: whatever it
@@ -77,39 +160,113 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 		// late) was never ours to lose. A replay endpoint is asked once for what it
 		// still buffers, to learn blocks stored before; its result never desyncs.
 		p.started = true
-		if f.seq > 0 && c.hasReplay() {
-			c.catchUp(ctx, r, p, f.seq)
+		if f.seq > 0 && c.mayReplay() {
+			c.startReplay(r, p, replayCatchUp, 0, f.seq)
+			c.hold(p, f)
+			return
 		}
 	case f.seq == p.next:
 	case f.seq > p.next:
 		m.m.Gaps.WithLabelValues(c.name()).Inc()
-		c.recover(ctx, r, p, p.next, f.seq)
+		if c.mayReplay() {
+			c.startReplay(r, p, replayGap, p.next, f.seq)
+			c.hold(p, f)
+			return
+		}
+		c.lost(r, p.next, f.seq, replayFailed, false)
 	case f.seq >= p.dupFloor:
 		return // already applied from a replay that covered the frame that triggered it
 	default:
-		m.m.Restarts.WithLabelValues(c.name()).Inc()
-		m.log.Info("kvindex: KV event publisher restarted; dropping its entries", "worker", c.name(), "rank", r, "seq", f.seq, "expected", p.next)
-		m.ix.ResetRank(c.name(), r)
-		*p = pubState{started: true}
-		if f.seq > 0 && c.hasReplay() {
-			// A new publisher, whose first frame seen is a baseline like any other: what
-			// it published before, its buffer may still hold.
-			c.catchUp(ctx, r, p, f.seq)
+		// A new publisher, whose first frame seen is a baseline like any other: what it
+		// published before, its buffer may still hold.
+		c.restarted(r, p, f.seq)
+		c.live(f, decoded)
+		return
+	}
+	if !decoded {
+		if err := c.dec.Decode(f.payload, &c.batch); err != nil {
+			m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
+			decoded = false
+		} else {
+			decoded = true
 		}
 	}
-	if f.seq < p.next {
-		return // the replay covered it
-	}
-	if c.recovered { // recover reused the batch: decode again
-		err = c.dec.Decode(f.payload, &c.batch)
-	}
-	if err != nil {
-		m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
-	} else {
+	if decoded {
 		_ = m.ix.ApplyBatch(c.name(), r, &c.batch)
 	}
 	p.next = f.seq + 1
 	p.dupFloor = p.next
+}
+
+// restarted resets rank r after its seq went backwards (a new publisher): its entries
+// are dropped and its next frame (the one with seq) is the new publisher's baseline.
+func (c *consumer) restarted(r int, p *pubState, seq uint64) {
+	m := c.s.m
+	m.m.Restarts.WithLabelValues(c.name()).Inc()
+	m.log.Info("kvindex: KV event publisher restarted; dropping its entries", "worker", c.name(), "rank", r, "seq", seq, "expected", p.next)
+	m.ix.ResetRank(c.name(), r)
+	*p = pubState{}
+}
+
+// hold buffers live frame f behind p's pending replay, or handles what it reveals: a
+// seq that went backwards (restart: the replay is abandoned, the buffer discarded), or
+// a full buffer (overflow: the replay is abandoned, the buffer applied).
+func (c *consumer) hold(p *pubState, f frame) {
+	m := c.s.m
+	pd := p.pend
+	switch {
+	case f.seq >= pd.liveNext:
+	case f.seq >= pd.dupLo && f.seq < pd.dupHi:
+		return // a duplicate of an earlier replay, still queued
+	default:
+		c.abandonForRestart(p)
+		c.restarted(f.rank, p, f.seq)
+		c.live(f, false) // the new publisher's baseline
+		return
+	}
+	n := int64(len(f.payload))
+	if c.bufFrames+1 > m.opt.ReplayBufferFrames || c.bufBytes+n > m.opt.ReplayBufferBytes {
+		m.m.ReplayBufferOverflows.WithLabelValues(c.name()).Inc()
+		m.log.Warn("kvindex: KV event reorder buffer full; abandoning pending replays and applying buffered events",
+			"worker", c.name(), "frames", c.bufFrames, "bytes", c.bufBytes,
+			"max_frames", m.opt.ReplayBufferFrames, "max_bytes", m.opt.ReplayBufferBytes)
+		// every rank's: the bound is the worker's
+		for r, q := range c.pubs {
+			if q.pend != nil {
+				c.finish(r, q, replayAbandoned)
+			}
+		}
+		c.live(f, false)
+		return
+	}
+	pd.buf = append(pd.buf, f)
+	pd.bytes += n
+	pd.liveNext = f.seq + 1
+	pd.dupHi = pd.dupLo // live seqs only grow from here
+	c.adjust(0, 1, n)
+}
+
+// abandonForRestart cancels p's pending replay (if any) because its publisher
+// restarted: the buffered frames are the old engine's, whose entries are reset next,
+// so they are discarded (counted), not applied.
+func (c *consumer) abandonForRestart(p *pubState) {
+	pd := p.pend
+	if pd == nil {
+		return
+	}
+	m := c.s.m
+	pd.cancel()
+	m.m.Replays.WithLabelValues(c.name(), string(replayAbandoned)).Inc()
+	m.m.ReplayBufferDiscarded.WithLabelValues(c.name()).Add(float64(len(pd.buf)))
+	c.release(p)
+}
+
+// release detaches p's pending replay and takes its buffer out of the totals.
+func (c *consumer) release(p *pubState) []frame {
+	pd := p.pend
+	p.pend = nil
+	c.adjust(-1, -len(pd.buf), -pd.bytes)
+	return pd.buf
 }
 
 // reconnected handles rank r's SUB connecting again after it lost its publisher (issue
@@ -119,9 +276,11 @@ func (c *consumer) handle(ctx context.Context, f frame) {
 // entries that were still valid: fewer predicted hits, never wrong ones.)
 func (c *consumer) reconnected(r int) {
 	m := c.s.m
-	if p := c.pubs[r]; p == nil || !p.started {
+	p := c.pubs[r]
+	if p == nil || !p.started {
 		return // nothing seen from the old connection
 	}
+	c.abandonForRestart(p)
 	m.m.Restarts.WithLabelValues(c.name()).Inc()
 	m.log.Info("kvindex: KV event publisher reconnected (restarted); dropping its entries", "worker", c.name(), "rank", r)
 	m.ix.ResetRank(c.name(), r)
@@ -131,156 +290,319 @@ func (c *consumer) reconnected(r int) {
 // hasReplay reports whether the worker has a replay endpoint configured.
 func (c *consumer) hasReplay() bool { return c.s.w.KVEvents.ReplayEndpoint != "" }
 
-// resyncAll replays every known rank from its next expected seq (after queue drops).
-func (c *consumer) resyncAll(ctx context.Context) {
+// mayReplay reports whether a replay may be requested now: the worker has a replay
+// endpoint and is not in replay backoff (counted in ReplayBackoffs).
+func (c *consumer) mayReplay() bool {
+	if !c.hasReplay() {
+		return false
+	}
+	if time.Now().Before(c.replayAfter) {
+		c.s.m.m.ReplayBackoffs.WithLabelValues(c.name()).Inc()
+		return false
+	}
+	return true
+}
+
+// resyncAll replays every known rank from its next expected seq (after queue drops);
+// a rank with a replay pending resyncs when it ends.
+func (c *consumer) resyncAll() {
 	for r, p := range c.pubs {
-		if p.started {
-			c.recover(ctx, r, p, p.next, p.next)
+		switch {
+		case !p.started:
+		case p.pend != nil:
+			p.pend.resync = true
+		default:
+			c.resync(r, p)
 		}
 	}
+}
+
+func (c *consumer) resync(r int, p *pubState) {
+	if c.mayReplay() {
+		c.startReplay(r, p, replayResync, p.next, p.next)
+		return
+	}
+	c.lost(r, p.next, p.next, replayFailed, false)
+}
+
+// lost puts the worker in approximate mode after events [from, upto) of rank r could
+// not be replayed (Index.Desync).
+func (c *consumer) lost(r int, from, upto uint64, res replayResult, attempted bool) {
+	m := c.s.m
+	m.ix.Desync(c.name()) // before the counter: whoever sees the count sees the mode
+	m.log.Warn("kvindex: KV events lost; worker runs approximate until fresh events cover it",
+		"worker", c.name(), "rank", r, "from", from, "upto", upto, "replay", res, "attempted", attempted)
 }
 
 // replayResult classes one replay exchange.
 type replayResult string
 
 const (
-	replayOK      replayResult = "ok"      // every batch from the requested seq on
-	replayPartial replayResult = "partial" // the buffer no longer held the requested seq (or held nothing)
-	replayFailed  replayResult = "failed"  // timeout or socket error
+	replayOK        replayResult = "ok"        // every batch from the requested seq on
+	replayPartial   replayResult = "partial"   // the buffer no longer held the requested seq (or held nothing)
+	replayFailed    replayResult = "failed"    // timeout or socket error
+	replayAbandoned replayResult = "abandoned" // reorder buffer overflow, or the publisher restarted
 )
 
-// recover replays [from, upto) of rank r (upto: the live frame that revealed the gap,
-// not applied here) and applies what it gets. A partial or failed replay, no replay
-// endpoint, or a replay endpoint in backoff put the worker in approximate mode
-// (Index.Desync). Afterwards live frames with upto ≤ seq < next were applied from the
-// replay and are duplicates; lower seqs mean the publisher restarted.
-func (c *consumer) recover(ctx context.Context, r int, p *pubState, from, upto uint64) {
-	m := c.s.m
+// startReplay starts an asynchronous replay of rank r from seq `from`; upto is the live
+// frame that revealed the gap (the caller buffers it next), = from for a resync.
+func (c *consumer) startReplay(r int, p *pubState, kind replayKind, from, upto uint64) {
+	c.ids++
+	ctx, cancel := context.WithCancel(c.ctx)
+	pd := &pending{id: c.ids, kind: kind, cancel: cancel, from: from, upto: upto, liveNext: upto}
+	if kind == replayResync {
+		pd.dupLo, pd.dupHi = p.dupFloor, p.next
+	}
+	p.pend = pd
 	p.next = from
-	res, tried := c.replayRange(ctx, r, p, from, upto == from)
-	if res == replayOK && p.next < upto {
+	c.adjust(1, 0, 0)
+	emptyOK := kind != replayGap // a resync or catch-up that finds nothing new is fine
+	rp := c.replayers[r]
+	if rp == nil {
+		rp = &replayer{wake: make(chan struct{}, 1)}
+		c.replayers[r] = rp
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.s.runReplayer(c.ctx, r, rp, c.replies)
+		}()
+	}
+	rp.submit(&replayReq{ctx: ctx, id: pd.id, from: from, emptyOK: emptyOK})
+}
+
+// replayer is one rank's replay goroutine's mailbox: the latest request wins (an
+// earlier one not yet started was abandoned, its context cancelled).
+type replayer struct {
+	mu   sync.Mutex
+	req  *replayReq // guarded by mu
+	wake chan struct{}
+}
+
+type replayReq struct {
+	ctx     context.Context // cancelled when the consumer abandons or ends the replay
+	id      uint64
+	from    uint64
+	emptyOK bool
+}
+
+func (rp *replayer) submit(q *replayReq) {
+	rp.mu.Lock()
+	rp.req = q
+	rp.mu.Unlock()
+	select {
+	case rp.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runReplayer runs rank r's replay exchanges one at a time until ctx ends. It owns the
+// rank's DEALER socket: kept between exchanges that ended at the end marker, closed
+// after any other end (late replies must not reach the next exchange).
+func (s *workerSub) runReplayer(ctx context.Context, r int, rp *replayer, out chan<- replayMsg) {
+	var sock *zmq.Socket
+	defer func() {
+		if sock != nil {
+			sock.Close()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-rp.wake:
+		}
+		rp.mu.Lock()
+		q := rp.req
+		rp.req = nil
+		rp.mu.Unlock()
+		if q == nil || q.ctx.Err() != nil {
+			continue
+		}
+		if sock == nil {
+			d, err := s.newSocket(zmq.DEALER)
+			if err == nil {
+				if err = d.Connect(EndpointForRank(s.w.KVEvents.ReplayEndpoint, r)); err != nil {
+					d.Close()
+				}
+			}
+			if err == nil {
+				sock = d
+			}
+		}
+		keep := s.exchange(q, r, sock, out)
+		if !keep && sock != nil {
+			sock.Close()
+			sock = nil
+		}
+	}
+}
+
+// replayMsg is one message from a replay exchange: a replayed batch, or its end.
+type replayMsg struct {
+	id      uint64
+	rank    int
+	seq     uint64
+	payload []byte
+	first   bool // the exchange's first replayed batch
+	end     bool
+	res     replayResult // with end
+}
+
+// replayed applies one message from a replay exchange: a batch with seq ≥ p.next in
+// order (batches below, an overlapping replay, are skipped), or the exchange's end.
+// Messages of an exchange no longer pending (abandoned) are ignored.
+func (c *consumer) replayed(rm replayMsg) {
+	m := c.s.m
+	p := c.pubs[rm.rank]
+	if p == nil || p.pend == nil || p.pend.id != rm.id {
+		return
+	}
+	pd := p.pend
+	if rm.end {
+		c.finish(rm.rank, p, rm.res)
+		return
+	}
+	switch {
+	case pd.hole || rm.seq < p.next:
+		return // after a hole, or overlap: already applied
+	case rm.seq > p.next:
+		if !rm.first {
+			pd.hole = true // a hole inside the replay
+			return
+		}
+		// The requested seq was already evicted from the replay buffer: apply what
+		// remains anyway, fresh events help cover the worker again.
+		p.next = rm.seq
+	}
+	if err := c.dec.Decode(rm.payload, &c.batch); err != nil {
+		m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
+	} else {
+		_ = m.ix.ApplyBatch(c.name(), rm.rank, &c.batch)
+	}
+	p.next = rm.seq + 1
+}
+
+// finish ends rank r's pending replay with res: a gap replay that did not reach its
+// trigger puts the worker in approximate mode (a catch-up never does), the backoff
+// follows the result, and the buffered live frames are applied in order through the
+// ordinary path (a gap among them starts the next replay). Afterwards live frames
+// with upto ≤ seq < next were applied from the replay and are duplicates; lower seqs
+// mean the publisher restarted.
+func (c *consumer) finish(r int, p *pubState, res replayResult) {
+	m := c.s.m
+	pd := p.pend
+	pd.cancel()
+	if res == replayOK && pd.hole {
+		res = replayPartial
+	}
+	if res == replayOK && pd.kind == replayGap && p.next < pd.upto {
 		res = replayPartial // the buffer ended before the live message
 	}
-	if res != replayOK {
-		m.ix.Desync(c.name()) // before the counter: whoever sees the count sees the mode
-		m.log.Warn("kvindex: KV events lost; worker runs approximate until fresh events cover it",
-			"worker", c.name(), "rank", r, "from", from, "upto", upto, "replay", res, "attempted", tried)
+	if c.ctx.Err() == nil {
+		switch res {
+		case replayFailed, replayAbandoned: // no answer in time: back off
+			c.replayBackoff = min(max(2*c.replayBackoff, m.opt.ReplayBackoffMin), m.opt.ReplayBackoffMax)
+			c.replayAfter = time.Now().Add(c.replayBackoff)
+		default:
+			c.replayBackoff, c.replayAfter = 0, time.Time{}
+		}
 	}
-	if tried {
-		m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
+	if res != replayOK && pd.kind != replayCatchUp {
+		c.lost(r, pd.from, pd.upto, res, true)
 	}
-	p.dupFloor = upto
-	if p.next < upto {
-		p.next = upto
+	m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
+	if pd.kind != replayResync {
+		p.dupFloor = pd.upto
+	} // a resync keeps the floor: duplicates of an earlier replay may still be queued
+	if p.next < pd.upto {
+		p.next = pd.upto
+	}
+	for _, f := range c.release(p) {
+		c.live(f, false)
+	}
+	if pd.resync && p.pend == nil && p.started {
+		c.resync(r, p)
 	}
 }
 
-// catchUp replays what rank r's buffer holds before its first live frame (seq upto);
-// whatever it gets or misses, the worker stays in sync (the first frame is a baseline).
-func (c *consumer) catchUp(ctx context.Context, r int, p *pubState, upto uint64) {
-	m := c.s.m
-	p.next = 0
-	res, tried := c.replayRange(ctx, r, p, 0, true)
-	if tried {
-		m.m.Replays.WithLabelValues(c.name(), string(res)).Inc()
-	}
-	p.dupFloor = upto
-	if p.next < upto {
-		p.next = upto
-	}
-}
-
-// replayRange runs one replay exchange from seq `from` (unless the worker has no replay
-// endpoint or is in replay backoff: tried false) and applies each replayed batch with
-// seq ≥ p.next in order, advancing p.next. Batches below p.next (a replay overlapping
-// what was applied) are skipped. The backoff doubles on failure and resets on an
-// answer.
-func (c *consumer) replayRange(ctx context.Context, r int, p *pubState, from uint64, emptyOK bool) (replayResult, bool) {
-	m := c.s.m
-	c.recovered = true
-	if !c.hasReplay() {
-		return replayFailed, false
-	}
-	if now := time.Now(); now.Before(c.replayAfter) {
-		m.m.ReplayBackoffs.WithLabelValues(c.name()).Inc()
-		return replayFailed, false
-	}
-	res := c.replay(ctx, r, from, emptyOK, func(seq uint64, payload []byte, first bool) bool {
-		if seq < p.next {
-			return true // overlap: already applied
-		}
-		if seq > p.next {
-			if !first {
-				return false // a hole inside the replay
-			}
-			// The requested seq was already evicted from the replay buffer: apply what
-			// remains anyway, fresh events help cover the worker again.
-			p.next = seq
-		}
-		if err := c.dec.Decode(payload, &c.batch); err != nil {
-			m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
-		} else {
-			_ = m.ix.ApplyBatch(c.name(), r, &c.batch)
-		}
-		p.next = seq + 1
-		return true
-	})
-	if res == replayFailed && ctx.Err() == nil {
-		c.replayBackoff = min(max(2*c.replayBackoff, m.opt.ReplayBackoffMin), m.opt.ReplayBackoffMax)
-		c.replayAfter = time.Now().Add(c.replayBackoff)
-	} else {
-		c.replayBackoff, c.replayAfter = 0, time.Time{}
-	}
-	return res, true
-}
-
-var errReplayTimeout = errors.New("replay timed out")
-
-// replay asks rank r's replay endpoint for every buffered batch from seq `from` on and
-// passes each to got, in order, until the end marker; got returns false at a hole.
-// Protocol (vllm/distributed/kv_events.py ZmqEventPublisher._service_replay): DEALER
-// sends ["", seq8]; replies ["", topic, seq8, payload] (vLLM ≥ 0.26) or ["", seq8,
-// payload] (older); end marker seq8 = ff…ff with an empty payload.
+// exchange runs one replay exchange q for rank r on sock (nil: the socket could not be
+// made: failed) and sends each replayed batch, then the result, to out, until q.ctx
+// ends (the consumer abandoned it or stopped: nothing more is sent). keep: the
+// exchange ended at the end marker, sock may serve the next one. Protocol
+// (vllm/distributed/kv_events.py ZmqEventPublisher._service_replay): DEALER sends
+// ["", seq8]; replies ["", topic, seq8, payload] (vLLM ≥ 0.26) or ["", seq8, payload]
+// (older); end marker seq8 = ff…ff with an empty payload. The whole exchange is
+// bounded by ReplayTimeout: nothing by then is failed, something partial.
 //
-// An empty replay is ok when emptyOK (a resync that found nothing new), partial otherwise.
-func (c *consumer) replay(ctx context.Context, r int, from uint64, emptyOK bool, got func(seq uint64, payload []byte, first bool) bool) replayResult {
-	m := c.s.m
-	ep := c.s.w.KVEvents.ReplayEndpoint
-	sock, err := c.dealer(r, EndpointForRank(ep, r))
-	if err != nil {
-		return replayFailed
+// An empty replay is ok when emptyOK (a resync that found nothing new), partial
+// otherwise; a first replayed seq above `from` (evicted from the buffer) is partial.
+func (s *workerSub) exchange(q *replayReq, r int, sock *zmq.Socket, out chan<- replayMsg) (keep bool) {
+	send := func(rm replayMsg) bool {
+		rm.id, rm.rank = q.id, r
+		select {
+		case out <- rm:
+			return true
+		case <-q.ctx.Done():
+			return false
+		}
+	}
+	res, ok, keep := s.replay(q.ctx, sock, q.from, q.emptyOK, func(seq uint64, payload []byte, first bool) bool {
+		return send(replayMsg{seq: seq, payload: payload, first: first})
+	})
+	if ok {
+		send(replayMsg{end: true, res: res})
+	}
+	return keep
+}
+
+// replay does the socket side of one exchange (see exchange); got gets each batch and
+// returns false when ctx ended. ok is false when ctx ended (nothing to report); keep
+// is true when the exchange ended at the end marker.
+func (s *workerSub) replay(ctx context.Context, sock *zmq.Socket, from uint64, emptyOK bool, got func(seq uint64, payload []byte, first bool) bool) (res replayResult, ok, keep bool) {
+	m := s.m
+	if sock == nil {
+		return replayFailed, true, false
 	}
 	var seq8 [8]byte
 	binary.BigEndian.PutUint64(seq8[:], from)
 	if _, err := sock.SendMessage("", seq8[:]); err != nil {
-		c.dropDealer(r)
-		return replayFailed
+		return replayFailed, true, false
 	}
 	deadline := time.Now().Add(m.opt.ReplayTimeout)
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
 	first, hole := true, false
-	for {
-		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
-			c.dropDealer(r) // late replies must not reach the next exchange
-			if first {
-				return replayFailed
-			}
-			return replayPartial
+	expired := func() bool {
+		select {
+		case <-m.expireReplays: // nil outside tests: never
+			return true
+		default:
+			return time.Until(deadline) <= 0
 		}
-		ps, err := poller.Poll(min(left, m.opt.PollInterval))
+	}
+	for {
+		if ctx.Err() != nil {
+			return "", false, false
+		}
+		if expired() {
+			if first {
+				return replayFailed, true, false
+			}
+			return replayPartial, true, false
+		}
+		ps, err := poller.Poll(min(max(time.Until(deadline), time.Millisecond), m.opt.PollInterval))
 		if err != nil {
-			c.dropDealer(r)
-			return replayFailed
+			if errors.Is(err, zmq.Errno(4)) { // EINTR
+				continue
+			}
+			return replayFailed, true, false
 		}
 		if len(ps) == 0 {
 			continue
 		}
 		msg, err := sock.RecvMessageBytes(0)
 		if err != nil {
-			c.dropDealer(r)
-			return replayFailed
+			return replayFailed, true, false
 		}
 		if len(msg) > 0 && len(msg[0]) == 0 {
 			msg = msg[1:]
@@ -292,55 +614,32 @@ func (c *consumer) replay(ctx context.Context, r int, from uint64, emptyOK bool,
 		case 2:
 			seqB, payload = msg[0], msg[1]
 		default:
-			m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
+			m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc()
 			continue
 		}
 		if len(seqB) != 8 {
-			m.m.DecodeErrors.WithLabelValues(c.name()).Inc()
+			m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc()
 			continue
 		}
 		seq := binary.BigEndian.Uint64(seqB)
 		if seq == math.MaxUint64 { // end marker
 			switch {
 			case first && !emptyOK:
-				return replayPartial // nothing buffered from `from` on
+				return replayPartial, true, true // nothing buffered from `from` on
 			case hole:
-				return replayPartial
+				return replayPartial, true, true
 			}
-			return replayOK
+			return replayOK, true, true
 		}
 		isFirst := first
 		if first {
 			first = false
 			// Above `from`: the requested seq was already evicted from the buffer. Below
-			// it: the publisher resent batches we have (overlap), which got skips.
+			// it: the publisher resent batches we have (overlap), which the consumer skips.
 			hole = seq > from
 		}
 		if !got(seq, payload, isFirst) {
-			hole = true
+			return "", false, false
 		}
-	}
-}
-
-func (c *consumer) dealer(r int, ep string) (*zmq.Socket, error) {
-	if d := c.dealers[r]; d != nil {
-		return d, nil
-	}
-	d, err := c.s.newSocket(zmq.DEALER)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.Connect(ep); err != nil {
-		d.Close()
-		return nil, err
-	}
-	c.dealers[r] = d
-	return d, nil
-}
-
-func (c *consumer) dropDealer(r int) {
-	if d := c.dealers[r]; d != nil {
-		d.Close()
-		delete(c.dealers, r)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/kvroute/kvroute/kvindex/kvtest"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/workers"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const bs = 4
@@ -183,3 +185,25 @@ func freePorts(t *testing.T, n int) int {
 }
 
 func fmtInt(i int) string { return fmt.Sprint(i) }
+
+// diag describes worker's subscription counters and gauges, for failure messages.
+func (h *harness) diag(worker string) string {
+	m := h.ms
+	c := func(v interface {
+		WithLabelValues(...string) prometheus.Counter
+	}) float64 {
+		return testutil.ToFloat64(v.WithLabelValues(worker))
+	}
+	g := func(v *prometheus.GaugeVec) float64 { return testutil.ToFloat64(v.WithLabelValues(worker)) }
+	r := func(res string) float64 { return testutil.ToFloat64(m.Replays.WithLabelValues(worker, res)) }
+	mode := h.ix.Mode(worker)
+	return fmt.Sprintf("[%s: mode=%v replays_pending=%v replay_buffered_frames=%v replay_buffered_bytes=%v restarts=%v gaps=%v queue_drops=%v decode_errors=%v disconnects=%v reconnects=%v replay_backoffs=%v overflows=%v discarded=%v replays ok/partial/failed/abandoned=%v/%v/%v/%v]",
+		worker, mode, g(m.ReplaysPending), g(m.ReplayBufferedFrames), g(m.ReplayBufferedBytes), c(m.Restarts), c(m.Gaps), c(m.QueueDrops),
+		c(m.DecodeErrors), c(m.Disconnects), c(m.Reconnects), c(m.ReplayBackoffs), c(m.ReplayBufferOverflows), c(m.ReplayBufferDiscarded),
+		r("ok"), r("partial"), r("failed"), r("abandoned"))
+}
+
+// lazy formats as f() when printed (diagnostics computed at failure time).
+type lazy func() string
+
+func (l lazy) String() string { return l() }

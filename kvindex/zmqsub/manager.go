@@ -63,6 +63,17 @@ type Options struct {
 	// keep being applied. Doubles per failure, reset by an answered replay. 0 means 1s
 	// and 1m.
 	ReplayBackoffMin, ReplayBackoffMax time.Duration
+	// ReplayBufferFrames and ReplayBufferBytes bound each worker's reorder buffer: a
+	// replay runs asynchronously, and the live frames received meanwhile (the one that
+	// revealed the gap and every later one) wait there, to be applied in seq order after
+	// the replayed range. A frame that would exceed either bound (frames, or payload
+	// bytes, summed over the worker's ranks) abandons the pending replays
+	// (ReplayBufferOverflows): the buffered frames are applied at once and the worker
+	// goes approximate, as after a failed replay. 0 means QueueSize frames (the queue
+	// already holds that many unapplied frames) and 2 × MaxMessageBytes; a positive
+	// ReplayBufferBytes below MaxMessageBytes is raised to it (one message always fits).
+	ReplayBufferFrames int
+	ReplayBufferBytes  int64
 }
 
 // DefaultMaxMessageBytes is the default ZMQ message size cap: 32 MiB. The largest
@@ -92,6 +103,9 @@ type Manager struct {
 	unmatched map[string]bool
 	wg        sync.WaitGroup
 	bound     chan string // bind mode: the endpoint actually bound (resolved port)
+	// expireReplays (tests only; nil otherwise): a receive ends the replay exchange
+	// that gets it as if its ReplayTimeout had passed.
+	expireReplays chan struct{}
 }
 
 // ErrBadTopicPattern is returned by New for a TopicPattern without {addr}.
@@ -142,6 +156,13 @@ func New(opt Options) (*Manager, error) {
 		opt.ReplayBackoffMax = time.Minute
 	}
 	opt.ReplayBackoffMax = max(opt.ReplayBackoffMax, opt.ReplayBackoffMin)
+	if opt.ReplayBufferFrames <= 0 {
+		opt.ReplayBufferFrames = opt.QueueSize
+	}
+	if opt.ReplayBufferBytes <= 0 {
+		opt.ReplayBufferBytes = 2 * opt.MaxMessageBytes
+	}
+	opt.ReplayBufferBytes = max(opt.ReplayBufferBytes, opt.MaxMessageBytes)
 	re, err := CompileTopicPattern(opt.TopicPattern)
 	if err != nil {
 		return nil, err

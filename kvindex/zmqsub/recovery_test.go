@@ -306,9 +306,41 @@ func TestHostileFramesThroughSUB(t *testing.T) {
 		_, _ = p.Publish(storedBatch(3000, 1, 77, nil))
 		time.Sleep(5 * time.Millisecond)
 		return h.held("a", toks(3000, 1)) == 1
-	}, "no good batch applied after the hostile frames")
+	}, "no good batch applied after the hostile frames %s", lazy(func() string { return h.diag("a") }))
 	if n := testutil.ToFloat64(h.ms.DecodeErrors.WithLabelValues("a")); n < 1000 {
 		t.Fatalf("decode errors %v: the malformed frames were not counted", n)
+	}
+}
+
+// A message over MaxMessageBytes makes ZMQ close the SUB's connection as a protocol
+// error, which libzmq does not reconnect: the subscription re-creates its socket, and
+// live frames (no replay endpoint: nothing else could deliver them) are applied again.
+// Before the fix the SUB stayed dead and this timed out.
+func TestOversizeMessageSUBConnectsAgain(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.MaxMessageBytes = 64 << 10 })
+	p := newPublisher(t, kvtest.Options{})
+	w := workerFor("a", p)
+	w.KVEvents.ReplayEndpoint = ""
+	h.addWorkers(w)
+	h.connected("a", p)
+	big := make([]byte, 1<<20)
+	h.eventually(func() bool {
+		_ = p.SendRaw([]byte(""), make([]byte, 8), big)
+		time.Sleep(20 * time.Millisecond)
+		return testutil.ToFloat64(h.ms.Disconnects.WithLabelValues("a")) >= 1
+	}, "oversize message: no disconnect counted")
+	h.eventually(func() bool {
+		_, _ = p.Publish(storedBatch(100, 1, 1, nil))
+		time.Sleep(5 * time.Millisecond)
+		return h.held("a", toks(100, 1)) == 1
+	}, "no live batch applied after the oversize message %s", lazy(func() string { return h.diag("a") }))
+	if n := testutil.ToFloat64(h.ms.Reconnects.WithLabelValues("a")); n < 1 {
+		t.Fatalf("reconnects = %v, want ≥ 1 (the socket is re-created)", n)
+	}
+	// the reconnect is treated like any other (a possibly new engine): entries reset,
+	// its next frame a baseline — so the worker stays exact
+	if m := h.ix.Mode("a"); m != kvindex.ModeExact {
+		t.Fatalf("mode %v, want exact %s", m, h.diag("a"))
 	}
 }
 

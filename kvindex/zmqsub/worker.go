@@ -15,7 +15,6 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvroute/kvroute/kvindex/kvevents"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -144,19 +143,35 @@ func EndpointForRank(ep string, r int) string {
 func (s *workerSub) receive(ctx context.Context, r int) {
 	ep := EndpointForRank(s.w.KVEvents.Endpoint, r)
 	backoff := s.m.opt.ReconnectMin
+	lost := false // the publisher connection was lost: the next connect is a reconnect
 	for {
-		err := s.receiveOnce(ctx, ep, r)
+		err := s.receiveOnce(ctx, ep, r, &lost)
 		if ctx.Err() != nil {
 			return
 		}
 		s.m.m.Reconnects.WithLabelValues(s.w.Name).Inc()
-		s.m.log.Warn("kvindex: KV event subscription failed; retrying", "worker", s.w.Name, "endpoint", ep, "err", err, "backoff", backoff)
+		if errors.Is(err, errDisconnected) {
+			// Not a socket failure: start again at the shortest wait.
+			backoff = s.m.opt.ReconnectMin
+			s.m.log.Info("kvindex: KV event publisher disconnected; re-creating the subscription", "worker", s.w.Name, "endpoint", ep, "backoff", backoff)
+		} else {
+			s.m.log.Warn("kvindex: KV event subscription failed; retrying", "worker", s.w.Name, "endpoint", ep, "err", err, "backoff", backoff)
+		}
 		if !sleepCtx(ctx, backoff) {
 			return
 		}
-		backoff = min(backoff*2, s.m.opt.ReconnectMax)
+		if !errors.Is(err, errDisconnected) {
+			backoff = min(backoff*2, s.m.opt.ReconnectMax)
+		}
 	}
 }
+
+// errDisconnected ends a SUB socket whose publisher connection was closed. ZMQ
+// reconnects a connection that failed (peer gone), but not one it closed itself for a
+// protocol error — a message part over ZMQ_MAXMSGSIZE is one (libzmq 4.3
+// session_base_t::engine_error terminates the session): that socket would never
+// receive again. Re-creating the socket after every disconnect covers both cases.
+var errDisconnected = errors.New("publisher connection closed")
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -194,25 +209,41 @@ var monitorSeq atomic.Uint64
 
 // monitor returns a PAIR socket receiving sock's disconnect events (ZMQ closes a
 // connection whose peer sent a message over ZMQ_MAXMSGSIZE, or that went away), owned
-// by sock's goroutine. nil when ZMQ cannot monitor (the count is then lost, nothing else).
-func (m *Manager) monitor(sock *zmq.Socket, events zmq.Event) *zmq.Socket {
+// by sock's goroutine, and stop, which ends the monitoring and closes it; stop must run
+// before sock is closed. nil when ZMQ cannot monitor (the count is then lost, nothing
+// else). Order matters: libzmq sends each event from its I/O thread with a blocking
+// send on a PAIR socket, which blocks while no peer is connected — closing mon while
+// sock is still monitored can freeze that thread, and with it every socket of the
+// context, at the next event.
+func (m *Manager) monitor(sock *zmq.Socket, events zmq.Event) (mon *zmq.Socket, stop func()) {
 	addr := fmt.Sprintf("inproc://kvroute-zmqsub-monitor-%d", monitorSeq.Add(1))
 	if err := sock.Monitor(addr, events); err != nil {
-		return nil
+		return nil, func() {}
+	}
+	stop = func() {
+		_ = sock.Monitor("", 0) // zmq_socket_monitor(sock, NULL, 0): no event is sent after it
+		if mon != nil {
+			mon.Close()
+		}
 	}
 	mon, err := zmq.NewSocket(zmq.PAIR)
 	if err != nil {
-		return nil
+		mon = nil
+		return nil, stop
 	}
 	_ = mon.SetLinger(0)
 	if err := mon.Connect(addr); err != nil {
 		mon.Close()
-		return nil
+		mon = nil
+		return nil, stop
 	}
-	return mon
+	return mon, stop
 }
 
-func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int) error {
+// receiveOnce runs one SUB socket for rank r until ctx ends (nil), a socket error, or
+// its publisher connection closes (errDisconnected). *lost carries "the connection was
+// lost" across sockets: the next socket's first connect queues the reconnected marker.
+func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int, lost *bool) error {
 	sock, err := s.newSocket(zmq.SUB)
 	if err != nil {
 		return err
@@ -221,39 +252,39 @@ func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int) error {
 	if err := sock.SetSubscribe(s.w.KVEvents.Topic); err != nil {
 		return err
 	}
-	mon := s.m.monitor(sock, zmq.EVENT_DISCONNECTED|zmq.EVENT_CONNECTED)
-	if mon != nil {
-		defer mon.Close()
-	}
+	mon, stopMon := s.m.monitor(sock, zmq.EVENT_DISCONNECTED|zmq.EVENT_CONNECTED)
+	defer stopMon() // before sock.Close (deferred earlier)
 	if err := sock.Connect(ep); err != nil {
 		return err
 	}
 	disc := s.m.m.Disconnects.WithLabelValues(s.w.Name)
-	lost := false
 	return recvLoop(ctx, sock, mon, s.m.opt.PollInterval, func(f frame) {
 		f.rank = r
 		s.enqueue(f)
-	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() }, func(ev zmq.Event) {
+	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() }, func(ev zmq.Event) error {
 		switch ev {
 		case zmq.EVENT_DISCONNECTED:
 			disc.Inc()
-			lost = true
+			*lost = true
+			return errDisconnected
 		case zmq.EVENT_CONNECTED:
-			if lost {
+			if *lost {
 				// Connected again after losing the publisher: almost always a new engine
 				// process (restart), whose cache starts empty. Its entries go now, in
 				// order with the frames, not when its first event shows the seq reset.
-				lost = false
+				*lost = false
 				s.enqueueWait(ctx, frame{rank: r, reconnected: true})
 			}
 		}
+		return nil
 	})
 }
 
 // recvLoop receives PUB messages from sock until ctx ends (nil) or a socket error;
 // got gets each well-formed frame, bad is called for any other message, event for
-// each event from mon (may be nil).
-func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, got func(frame), bad func(), event func(zmq.Event)) error {
+// each event from mon (may be nil); an error from event ends the loop with it (frames
+// already queued in sock are received first).
+func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, got func(frame), bad func(), event func(zmq.Event) error) error {
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
 	if mon != nil {
@@ -270,12 +301,13 @@ func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, go
 		if len(ps) == 0 {
 			continue
 		}
-		for mon != nil {
+		var stop error
+		for mon != nil && stop == nil {
 			ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
 			if err != nil {
 				break
 			}
-			event(ev)
+			stop = event(ev)
 		}
 		for ctx.Err() == nil {
 			msg, err := sock.RecvMessageBytes(zmq.DONTWAIT)
@@ -291,6 +323,9 @@ func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, go
 			}
 			got(frame{topic: string(msg[0]), seq: binary.BigEndian.Uint64(msg[1]), payload: msg[2]})
 		}
+		if stop != nil {
+			return stop
+		}
 	}
 	return nil
 }
@@ -304,14 +339,12 @@ func (m *Manager) runBind(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		mon := m.monitor(sock, zmq.EVENT_DISCONNECTED)
+		mon, stopMon := m.monitor(sock, zmq.EVENT_DISCONNECTED)
 		_ = sock.SetSubscribe("")
 		if err := sock.Bind(m.opt.BindEndpoint); err != nil {
 			if first {
+				stopMon()
 				sock.Close()
-				if mon != nil {
-					mon.Close()
-				}
 				return err
 			}
 		} else {
@@ -322,12 +355,10 @@ func (m *Manager) runBind(ctx context.Context) error {
 			}
 			err = recvLoop(ctx, sock, mon, m.opt.PollInterval, func(f frame) { f.rank = -1; m.dispatch(f) },
 				func() { m.m.DroppedMessages.WithLabelValues("malformed_frame").Inc() },
-				func(zmq.Event) { m.m.Disconnects.WithLabelValues("").Inc() })
+				func(zmq.Event) error { m.m.Disconnects.WithLabelValues("").Inc(); return nil })
 		}
+		stopMon()
 		sock.Close()
-		if mon != nil {
-			mon.Close()
-		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -346,20 +377,26 @@ type pubState struct {
 	// dupFloor: live messages with dupFloor ≤ seq < next were already applied from a
 	// replay (they were queued while it ran); lower seqs mean the publisher restarted.
 	dupFloor uint64
+	// pend: the replay in flight for this publisher (nil: none); while set, live frames
+	// wait in its reorder buffer
+	pend *pending
 }
 
-// consume applies the worker's queue in order; it owns the worker's replay sockets.
+// consume applies the worker's queue in order and the replies of its replay exchanges
+// (which own their replay sockets).
 func (s *workerSub) consume(ctx context.Context) {
-	c := &consumer{s: s, dec: kvevents.NewDecoder(), pubs: map[int]*pubState{}, dealers: map[int]*zmq.Socket{}}
+	c := newConsumer(ctx, s)
 	defer c.close()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case f := <-s.q:
-			c.handle(ctx, f)
+			c.handle(f)
+		case rm := <-c.replies:
+			c.replayed(rm)
 		case <-s.resync:
-			c.resyncAll(ctx)
+			c.resyncAll()
 		}
 	}
 }

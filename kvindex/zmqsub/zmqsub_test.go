@@ -202,7 +202,9 @@ func TestWorkerRemovedReleasesEntriesAndSockets(t *testing.T) {
 }
 
 func TestFloodWithTinyQueueConverges(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.QueueSize = 1 })
+	// a 1-message queue; the reorder buffer (which would default to the queue size)
+	// sized so that the live frames arriving during each replay fit
+	h := newHarness(t, func(o *Options) { o.QueueSize = 1; o.ReplayBufferFrames = 4096 })
 	p := newPublisher(t, kvtest.Options{})
 	h.addWorkers(workerFor("a", p))
 	h.connected("a", p)
