@@ -44,7 +44,9 @@ func qosSetup(t *testing.T, classes []config.Class, names ...string) (*Admitter,
 	}
 	reg.Set(ws)
 	ms := metrics.NewUnregistered()
-	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPredictor{}})
+	// max_num_seqs 1: one booked request saturates a worker (router.Saturation)
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPredictor{},
+		Saturation: router.Saturation{MaxNumSeqs: 1}})
 	c := config.Default().Admission
 	c.Classes = classes
 	a, err := New(Options{Config: c, Metrics: ms})
@@ -83,7 +85,7 @@ func goPick(ctx context.Context, a *Admitter, rt *router.Router, tenant string) 
 	return ch
 }
 
-// Late binding: with every worker busy and none predicted within the objective the
+// Late binding: with every worker saturated and none predicted within the objective the
 // request waits, and is picked when a ticket ends — on the worker that freed.
 func TestQueueLateBindingPicksTheWorkerThatFreed(t *testing.T) {
 	a, rt, ms := qosSetup(t, []config.Class{interactive}, "a", "b")

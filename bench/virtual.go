@@ -213,7 +213,8 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			}
 		}
 		rt := router.New(router.Options{Registry: reg, Index: ix, Policy: pol, Now: clock.Now,
-			Models: []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
+			Models:     []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}},
+			Saturation: router.Saturation{BatchTokens: prof.MaxBatchTokens, MaxNumSeqs: prof.MaxNumSeqs}})
 		reps[ri] = &replicaState{reg: reg, ix: ix, feeder: feeder, rt: rt, from: map[int]map[string]*peerImport{}}
 	}
 	feeder := multiFeeder(reps)
