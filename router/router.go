@@ -99,7 +99,8 @@ type Options struct {
 //	Booked.Requests ≥ MaxNumSeqs
 //
 // Below both, a request sent now is scheduled at the worker's next step, so holding it
-// in kvroute's queue would leave capacity idle. Token-less bookings (Booked.Unsized)
+// in kvroute's queue would leave capacity idle; at either, it would wait in the
+// engine's FCFS queue, so it waits in kvroute's instead (PickOptions.Wait). Token-less bookings (Booked.Unsized)
 // count against MaxNumSeqs only; scraped load is not used (it is as old as the scrape,
 // and a scrape wakes no queue).
 type Saturation struct {
@@ -187,9 +188,9 @@ func (r *Router) capacityFreed() {
 }
 
 // ErrWait is Pick's answer under PickOptions.Wait when the request should wait in
-// kvroute's queue: every candidate is saturated (Options.Saturation) and none is
-// predicted to meet the SLO. Nothing was booked.
-var ErrWait = errors.New("router: every worker is saturated and none is predicted to meet the TTFT objective")
+// kvroute's queue: the worker the policy would pick is saturated
+// (Options.Saturation). Nothing was booked.
+var ErrWait = errors.New("router: the worker the request would be sent to is saturated")
 
 // flight is one worker's bookings. booked is guarded by Router.mu; pub is booked as
 // last published (atomics: a lock-free snapshot for Prepare, possibly stale or torn,
@@ -270,15 +271,19 @@ type PickOptions struct {
 	// (replacing SLO) and whether the request may wait (Wait). Admission's QoS classes
 	// use it: a class can match on prompt length.
 	Classify func(promptTokens int) (slo time.Duration, wait bool)
-	// Wait makes Pick answer ErrWait, booking nothing, when the request should wait
-	// for capacity: SLO > 0, every candidate is saturated (Options.Saturation: its
-	// engine would not schedule the request at its next step, so sending it now only
-	// lengthens the engine's FCFS queue, where kvroute's priority and fairness no
-	// longer apply) and no candidate is predicted within SLO (a policy that does not
-	// predict: saturation alone). A worker below saturation is never held back,
-	// whatever its prediction: waiting makes it no faster and leaves it under-filled.
-	// The policy decides as a dry run (scoring.Input.DryRun); only a pick that goes
-	// ahead changes its state.
+	// Wait (with SLO > 0) makes Pick answer ErrWait, booking nothing, when the
+	// worker the policy would pick is saturated (Options.Saturation): its engine would
+	// not schedule the request at its next step, so sending it there only queues it
+	// in the engine's FCFS queue, where kvroute's priority and fairness no longer
+	// apply; it waits in kvroute's queue instead and is picked again when capacity
+	// frees (late binding). A pick onto a worker below saturation goes ahead whatever
+	// its predicted TTFT — waiting makes it no faster and leaves the step under-filled
+	// — and the choice among workers stays the policy's (its cache affinity and load
+	// balance: the queue changes when a request is sent, not where). The answer
+	// depends on the request (its cached prefix decides the policy's choice), so
+	// the queue tries entries behind one told to wait (FairQueue.Drain). The policy
+	// decides as a dry run first (scoring.Input.DryRun) when any candidate is
+	// saturated; only a pick that goes ahead changes its state.
 	Wait bool
 }
 
@@ -359,27 +364,20 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	return t, nil
 }
 
-// waitLocked reports whether the request should wait (PickOptions.Wait): every
-// candidate is saturated and the policy's dry-run decision predicts no candidate
-// meeting in.SLO. Caller holds r.mu.
+// waitLocked reports whether the request should wait (PickOptions.Wait): the
+// worker the policy would pick (a dry run, scoring.Input.DryRun) is saturated. No
+// candidate saturated: no dry run. Caller holds r.mu.
 func (r *Router) waitLocked(in *input, cands []scoring.Candidate) bool {
-	for i := range cands {
-		if !r.opt.Saturation.Saturated(cands[i].Booked) {
-			return false
-		}
+	if !slices.ContainsFunc(cands, func(c scoring.Candidate) bool { return r.opt.Saturation.Saturated(c.Booked) }) {
+		return false
 	}
 	in.DryRun = true
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	in.DryRun = false
-	if len(d.Predictions) != len(cands) {
-		return true // the policy does not predict: saturation alone
+	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
+		return false // the pick refuses it: let Pick answer so
 	}
-	for _, p := range d.Predictions {
-		if p.TTFT <= in.SLO {
-			return false
-		}
-	}
-	return true
+	return r.opt.Saturation.Saturated(cands[d.Index].Booked)
 }
 
 // Explanation is one worker's view of a request without booking anything.

@@ -47,8 +47,9 @@ func tokReq(n int) *request.Request {
 
 // The overload defect: with every worker busy and every prediction over the objective,
 // the gate used to hold the request although the engines had room in their next step.
-// Now it holds only once every worker's booked step is full (prefill + decodes ≥
-// max_num_batched_tokens), and a first token (prefill done) makes room again.
+// Now it holds only once the worker the policy picks has its booked step full
+// (prefill + decodes ≥ max_num_batched_tokens), and a first token (prefill done)
+// makes room again.
 func TestWaitOnlyWhenSaturatedByTokens(t *testing.T) {
 	r := waitRouter(Saturation{BatchTokens: 100, MaxNumSeqs: 1000})
 	ctx := context.Background()
@@ -101,11 +102,6 @@ func TestWaitOnlyWhenSaturatedByTokens(t *testing.T) {
 	if _, err := r.Pick(ctx, tokReq(40), PickOptions{SLO: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	// the SLO still lets a request through on a saturated fleet when a worker is
-	// predicted within it
-	if _, err := r.Pick(ctx, tokReq(40), PickOptions{SLO: time.Minute, Wait: true}); err != nil {
-		t.Fatalf("predicted within the SLO: %v", err)
-	}
 }
 
 // max_num_seqs: one booked request per worker saturates (MaxNumSeqs 1) whatever its
@@ -145,5 +141,41 @@ func TestSaturationDefaults(t *testing.T) {
 		if got := s.Saturated(c.b); got != c.want {
 			t.Errorf("Saturated(%+v) = %v, want %v", c.b, got, c.want)
 		}
+	}
+}
+
+// stickyPolicy always prefers worker a (its cached prefix, say) and predicts nothing.
+type stickyPolicy struct{}
+
+func (stickyPolicy) Name() string { return "sticky" }
+func (stickyPolicy) Pick(in *scoring.Input, cands []scoring.Candidate) scoring.Decision {
+	for i, c := range cands {
+		if c.Worker.Name == "a" {
+			return scoring.Decision{Index: i, Reason: scoring.ReasonBest}
+		}
+	}
+	return scoring.Decision{Index: 0, Reason: scoring.ReasonBest}
+}
+
+// The policy's choice stands: with its preferred worker saturated the request waits
+// although another has room (sending it elsewhere would give up its cache; waiting
+// in the engine's queue or in kvroute's costs the same, and kvroute's is ordered).
+func TestWaitFollowsThePolicysChoice(t *testing.T) {
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "a", Address: "10.0.0.1:8000", Models: []string{"m"}},
+		{Name: "b", Address: "10.0.0.2:8000", Models: []string{"m"}}})
+	r := New(Options{Registry: reg, Models: []Model{{Name: "m"}}, Policy: stickyPolicy{}, Saturation: Saturation{MaxNumSeqs: 1}})
+	ctx := context.Background()
+	po := PickOptions{SLO: time.Second, Wait: true}
+	tk, err := r.Pick(ctx, tokReq(4), po)
+	if err != nil || tk.Worker != "a" {
+		t.Fatalf("first pick: %v %v", tk, err)
+	}
+	if _, err := r.Pick(ctx, tokReq(4), po); !errors.Is(err, ErrWait) {
+		t.Fatalf("a saturated, b idle: %v, want ErrWait", err)
+	}
+	// no SLO: no waiting
+	if tk, err := r.Pick(ctx, tokReq(4), PickOptions{Wait: true}); err != nil || tk.Worker != "a" {
+		t.Fatalf("without SLO: %v %v", tk, err)
 	}
 }
