@@ -57,7 +57,18 @@ type FairQueue struct {
 	tenants  map[string][]*Entry // waiting, by tenant, in seq order
 	counter  map[string]float64  // VTC counters
 	lastLeft float64             // counter of the tenant that last stopped waiting
+
+	// the dispatch round (Round, Refuse): entries told to wait since capacity last
+	// freed are skipped by Pop; after scan of them Pop returns nil
+	refused  map[*Entry]bool
+	refusals int
+	scan     int
 }
+
+// DefaultScan is how many entries a dispatch round tries that the router tells to
+// wait before it stops (FairQueue.SetScan): the bound of the scan past a head of the
+// line that cannot be placed.
+const DefaultScan = 8
 
 // maxCounters bounds the tenants with a VTC counter.
 const maxCounters = 4096
@@ -67,7 +78,33 @@ const maxCounters = 4096
 // a priority band).
 func NewFairQueue(size int, limit map[string]int, fair bool) *FairQueue {
 	return &FairQueue{fair: fair, max: max(size, 1), limit: limit, byClass: map[string]int{},
-		tenants: map[string][]*Entry{}, counter: map[string]float64{}}
+		tenants: map[string][]*Entry{}, counter: map[string]float64{}, refused: map[*Entry]bool{}, scan: DefaultScan}
+}
+
+// SetScan sets how many refused entries end a dispatch round (≥ 1; DefaultScan).
+func (q *FairQueue) SetScan(n int) { q.scan = max(n, 1) }
+
+// Round starts a dispatch round: capacity freed (router.Router.OnCapacity), so every
+// waiting entry may be tried again.
+//
+// A round is how the queue avoids both idle capacity and head-of-line blocking: the
+// caller pops, tries the pick, and on success pops again (as many as fit: the loop
+// ends only when the router says wait); an entry the router tells to wait is given
+// back with Refuse, keeps its place, and Pop goes on to the next in order — a request
+// whose preferred worker has room may sit behind one whose worker is saturated — until
+// scan entries were refused (the bound on picks per round that book nothing) or every
+// waiting entry was tried.
+func (q *FairQueue) Round() {
+	clear(q.refused)
+	q.refusals = 0
+}
+
+// Refuse puts back an entry Pop returned that the router told to wait: it keeps its
+// place (as Requeue) and is skipped by Pop until the next Round.
+func (q *FairQueue) Refuse(e *Entry) {
+	q.insert(e)
+	q.refused[e] = true
+	q.refusals++
 }
 
 // SetLimit sets class's queue limit (0: the class may not wait).
@@ -212,19 +249,25 @@ func (q *FairQueue) take(tenant string, i int) *Entry {
 		q.tenants[tenant] = l
 	}
 	q.n--
+	delete(q.refused, e)
 	if q.byClass[e.Class]--; q.byClass[e.Class] == 0 {
 		delete(q.byClass, e.Class)
 	}
 	return e
 }
 
-// Pop removes and returns the entry to dispatch next (order in the type's doc); nil
-// when empty. Entries past their deadline are not returned: Expire them first.
+// Pop removes and returns the entry to dispatch next (order in the type's doc), of
+// those not refused in this round (Round); nil when there is none or the round
+// refused its scan of entries already. Entries past their deadline are not returned:
+// Expire them first.
 func (q *FairQueue) Pop() *Entry {
+	if q.refusals >= q.scan {
+		return nil
+	}
 	var best *Entry
 	for _, l := range q.tenants {
 		for _, e := range l {
-			if best == nil || q.before(e, best) {
+			if !q.refused[e] && (best == nil || q.before(e, best)) {
 				best = e
 			}
 		}

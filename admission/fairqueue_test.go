@@ -157,3 +157,46 @@ func TestFairQueueCountersBounded(t *testing.T) {
 		t.Fatalf("%d counters", n)
 	}
 }
+
+// Head-of-line: a round tries the entries behind one the router told to wait (its
+// preferred worker saturated, another model), in order, up to the scan; a refused
+// entry keeps its place and comes first again in the next round.
+func TestFairQueueRoundSkipsRefusedHead(t *testing.T) {
+	q := NewFairQueue(100, map[string]int{"c": 100}, false)
+	q.SetScan(2)
+	var es []*Entry
+	for i := 0; i < 5; i++ {
+		es = append(es, push(t, q, "x", "c", 0, time.Duration(i)*time.Millisecond))
+	}
+	// the router places only entries 2 and 4 (their workers have room)
+	fits := map[*Entry]bool{es[2]: true, es[4]: true}
+	var got []any
+	for e := q.Pop(); e != nil; e = q.Pop() {
+		if fits[e] {
+			got = append(got, e.Tag)
+		} else {
+			q.Refuse(e)
+		}
+	}
+	// 0 refused, 1 refused: the scan (2) is spent before 2 is reached
+	if len(got) != 0 || q.Len() != 5 {
+		t.Fatalf("scan 2: dispatched %v, %d waiting", got, q.Len())
+	}
+	q.SetScan(DefaultScan)
+	q.Round()
+	for e := q.Pop(); e != nil; e = q.Pop() {
+		if fits[e] {
+			got = append(got, e.Tag)
+		} else {
+			q.Refuse(e)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]any{es[2].Tag, es[4].Tag}) || q.Len() != 3 {
+		t.Fatalf("round: dispatched %v, %d waiting; want entries 2 and 4", got, q.Len())
+	}
+	// refused entries keep their order: the next round starts at entry 0
+	q.Round()
+	if e := q.Pop(); e != es[0] {
+		t.Fatalf("next round's first %v, want %v", e.Tag, es[0].Tag)
+	}
+}

@@ -196,9 +196,12 @@ func (a *Admitter) QueueDepths() map[string]int {
 // Queue is the live front of FairQueue: requests wait on a channel each, and are woken
 // in FairQueue's order when capacity frees (router.Router.OnCapacity: a ticket ended
 // or got its first token, a peer's bookings changed) — no polling. One woken request
-// at a time picks (a dispatch that succeeds wakes the next at once, since more may
-// fit; one that still finds no capacity is put back at its place and the queue waits
-// for the next wake-up, unless one arrived during its attempt). Deadlines
+// at a time picks, in rounds (FairQueue.Round): a dispatch that succeeds wakes the
+// next at once, since more may fit; one the router tells to wait is put back at its
+// place (FairQueue.Refuse) and the next in order is tried — its preferred worker may
+// have room — until the round's scan is spent or every waiter was tried; then the
+// queue waits for the next wake-up (a new round at once when one came during an
+// attempt). Deadlines
 // (max_queue_time) are kept by one timer on the earliest. Time is the wall clock.
 // Safe for concurrent use; a nil *Queue never queues.
 type Queue struct {
@@ -263,16 +266,24 @@ func (q *Queue) observe(tenant, class string, d time.Duration) {
 	}
 }
 
-// Wake is called when capacity frees: the next waiter in order picks.
+// Wake is called when capacity frees: a new dispatch round (FairQueue.Round), the
+// next waiter in order picks.
 func (q *Queue) Wake() {
 	if q == nil {
 		return
 	}
 	q.mu.Lock()
-	q.wakeLocked()
+	if q.trying {
+		q.again = true
+	} else {
+		q.q.Round()
+		q.wakeLocked()
+	}
 	q.mu.Unlock()
 }
 
+// wakeLocked hands the turn to the next waiter of the round (none: the round is over
+// until the next Wake).
 func (q *Queue) wakeLocked() {
 	if q.trying {
 		q.again = true
@@ -329,9 +340,10 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 	}
 	q.depthLocked(c.Name)
 	q.armLocked()
-	if !q.trying && q.q.Len() == 1 {
+	if !q.trying {
 		// capacity may have freed between the router's answer and now (no wake-up
-		// would come): the first waiter tries at once.
+		// would come), and an arrival may fit where the round's refused ones did not:
+		// the round goes on.
 		q.wakeLocked()
 	}
 	q.mu.Unlock()
@@ -346,16 +358,25 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 			q.trying = false
 			if errors.Is(err, router.ErrWait) {
 				if !time.Now().Before(w.e.Deadline) {
-					q.wakeLockedIfAgain()
+					if q.again {
+						q.q.Round()
+					}
+					q.wakeLocked()
 					q.mu.Unlock()
 					return nil, &queueRefusal{ReasonQueueTimeout}
 				}
-				q.q.Requeue(w.e)
+				q.q.Refuse(w.e) // keeps its place; the round tries the next in order
 				q.depthLocked(c.Name)
 				q.armLocked()
-				q.wakeLockedIfAgain()
+				if q.again {
+					q.q.Round()
+				}
+				q.wakeLocked()
 				q.mu.Unlock()
 				continue
+			}
+			if q.again {
+				q.q.Round()
 			}
 			q.wakeLocked() // dispatched (or refused for another cause): the next may fit too
 			q.mu.Unlock()
@@ -373,12 +394,5 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 			q.mu.Unlock()
 			return nil, ctx.Err()
 		}
-	}
-}
-
-// wakeLockedIfAgain wakes the next waiter when capacity freed during an attempt.
-func (q *Queue) wakeLockedIfAgain() {
-	if q.again {
-		q.wakeLocked()
 	}
 }

@@ -44,7 +44,9 @@ func qosSetup(t *testing.T, classes []config.Class, names ...string) (*Admitter,
 	}
 	reg.Set(ws)
 	ms := metrics.NewUnregistered()
-	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPredictor{}})
+	// max_num_seqs 1: one booked request saturates a worker (router.Saturation)
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPredictor{},
+		Saturation: router.Saturation{MaxNumSeqs: 1}})
 	c := config.Default().Admission
 	c.Classes = classes
 	a, err := New(Options{Config: c, Metrics: ms})
@@ -83,7 +85,7 @@ func goPick(ctx context.Context, a *Admitter, rt *router.Router, tenant string) 
 	return ch
 }
 
-// Late binding: with every worker busy and none predicted within the objective the
+// Late binding: with every worker saturated and none predicted within the objective the
 // request waits, and is picked when a ticket ends — on the worker that freed.
 func TestQueueLateBindingPicksTheWorkerThatFreed(t *testing.T) {
 	a, rt, ms := qosSetup(t, []config.Class{interactive}, "a", "b")
@@ -247,4 +249,59 @@ func header(e *router.Error, name string) string {
 		}
 	}
 	return ""
+}
+
+// Head-of-line in the live queue: the head waits for model m1's only worker; a request
+// for m2 behind it is dispatched when m2's worker frees, without waiting for m1's.
+func TestQueueHeadOfLineOtherModelGoesFirst(t *testing.T) {
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "a", Address: "10.0.0.1:8000", Models: []string{"m1"}},
+		{Name: "b", Address: "10.0.0.2:8000", Models: []string{"m2"}}})
+	ms := metrics.NewUnregistered()
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m1"}, {Name: "m2"}}, Metrics: ms,
+		Policy: busyPredictor{}, Saturation: router.Saturation{MaxNumSeqs: 1}})
+	c := config.Default().Admission
+	c.Classes = []config.Class{interactive}
+	a, err := New(Options{Config: c, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.OnCapacity(a.Wake)
+	ctx := context.Background()
+	req := func(model string) *request.Request {
+		return &request.Request{API: request.APICompletions, Model: model, PromptTokenIDs: [][]uint32{{1, 2, 3, 4}}}
+	}
+	pickM := func(model string) chan pickResult {
+		ch := make(chan pickResult, 1)
+		go func() {
+			p, err := a.Pick(ctx, rt, req(model), router.PickOptions{}, ClassInput{Tenant: "x"})
+			ch <- pickResult{p, err}
+		}()
+		return ch
+	}
+	ta := <-pickM("m1")
+	tb := <-pickM("m2")
+	if ta.err != nil || tb.err != nil || ta.p.Ticket.Worker != "a" || tb.p.Ticket.Worker != "b" {
+		t.Fatalf("first picks: %+v %+v", ta, tb)
+	}
+	head := pickM("m1")
+	waitQueued(t, a, "interactive", 1)
+	behind := pickM("m2")
+	waitQueued(t, a, "interactive", 2)
+	tb.p.Ticket.Done(200, response.Usage{}, time.Time{}) // b frees; a does not
+	select {
+	case r := <-behind:
+		if r.err != nil || r.p.Ticket.Worker != "b" {
+			t.Fatalf("behind the head: %+v %v", r.p, r.err)
+		}
+	case r := <-head:
+		t.Fatalf("the head was picked with a still saturated: %+v %v", r.p, r.err)
+	case <-time.After(30 * time.Second): // a hang guard, not a speed bound
+		t.Fatal("the m2 request stayed behind the m1 head")
+	}
+	waitQueued(t, a, "interactive", 1)
+	ta.p.Ticket.Done(200, response.Usage{}, time.Time{})
+	if r := <-head; r.err != nil || r.p.Ticket.Worker != "a" {
+		t.Fatalf("head after a frees: %+v %v", r.p, r.err)
+	}
 }

@@ -148,7 +148,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	a.Router = router.New(router.Options{Registry: a.Registry, Index: a.Index, Policy: policy, Models: models,
 		DefaultBlockSize: cfg.Router.DefaultBlockSize, TicketTTL: cfg.Router.TicketTTL, Metrics: ms, Tokenizer: a.Tokenize,
-		MaxPromptTokens: cfg.Router.MaxPromptTokens, Tracer: a.Tracing.Tracer()})
+		MaxPromptTokens: cfg.Router.MaxPromptTokens, Tracer: a.Tracing.Tracer(),
+		Saturation: router.Saturation{BatchTokens: cfg.Scoring.BatchTokens}})
 	if l, ok := policy.(workers.Listener); ok { // scoring: forget removed workers' models
 		a.Registry.Subscribe(l)
 	}

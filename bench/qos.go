@@ -17,6 +17,10 @@ type QoSRun struct {
 	Variant, Tenant          string
 	Requests, Failed         int
 	TTFTp50, TTFTp90, Queued time.Duration // Queued: mean time in kvroute's queue
+	// Throughput is the variant's completed requests (both tenants) per second of its
+	// span (first arrival to last completion); Goodput of them those whose TTFT met the
+	// objective. Equal on a variant's two rows.
+	Throughput, Goodput float64
 }
 
 // RunQoS runs scenario on w in virtual time (o without QoS) and returns its rows:
@@ -72,8 +76,26 @@ func RunQoS(scenario string, w *Workload, o VirtualOptions, share float64, objec
 		if err != nil {
 			return nil, err
 		}
+		var first, last time.Duration = -1, 0
+		ok, good := 0, 0
+		for _, r := range rs {
+			if first < 0 || r.Start < first {
+				first = r.Start
+			}
+			last = max(last, r.Start+r.E2E)
+			if r.Err == "" && r.TTFT > 0 {
+				ok++
+				if r.TTFT <= objective {
+					good++
+				}
+			}
+		}
+		span := (last - first).Seconds()
 		for _, t := range []string{heavy, light} {
 			row := QoSRun{Variant: v.name, Tenant: t}
+			if span > 0 {
+				row.Throughput, row.Goodput = float64(ok)/span, float64(good)/span
+			}
 			var ttft []float64
 			var q time.Duration
 			for _, r := range rs {
@@ -104,10 +126,10 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 // QoSTable renders rows as a markdown table.
 func QoSTable(rows []QoSRun) string {
 	var b strings.Builder
-	b.WriteString("| variant | tenant | requests | failed | TTFT p50 | TTFT p90 | mean queued |\n|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| variant | tenant | requests | failed | TTFT p50 | TTFT p90 | mean queued | throughput | goodput |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.2f s | %.2f s | %.2f s |\n", r.Variant, r.Tenant, r.Requests, r.Failed,
-			r.TTFTp50.Seconds(), r.TTFTp90.Seconds(), r.Queued.Seconds())
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.2f s | %.2f s | %.2f s | %.2f req/s | %.2f req/s |\n", r.Variant, r.Tenant, r.Requests, r.Failed,
+			r.TTFTp50.Seconds(), r.TTFTp90.Seconds(), r.Queued.Seconds(), r.Throughput, r.Goodput)
 	}
 	return b.String()
 }

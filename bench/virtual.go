@@ -213,7 +213,8 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			}
 		}
 		rt := router.New(router.Options{Registry: reg, Index: ix, Policy: pol, Now: clock.Now,
-			Models: []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}})
+			Models:     []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}},
+			Saturation: router.Saturation{BatchTokens: prof.MaxBatchTokens, MaxNumSeqs: prof.MaxNumSeqs}})
 		reps[ri] = &replicaState{reg: reg, ix: ix, feeder: feeder, rt: rt, from: map[int]map[string]*peerImport{}}
 	}
 	feeder := multiFeeder(reps)
@@ -338,12 +339,13 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			fail(e.Tag.(*state), admission.ReasonQueueTimeout)
 		}
 	}
+	// drain dispatches what fits, in FairQueue's order, skipping (within the round's
+	// scan) entries told to wait
 	drain := func() {
 		expire()
 		for e := fq.Pop(); e != nil; e = fq.Pop() {
 			if !dispatch(e.Tag.(*state)) {
-				fq.Requeue(e)
-				return
+				fq.Refuse(e)
 			}
 		}
 	}
@@ -352,7 +354,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		wake := func() { // called inside engine callbacks: drain on the clock, once per instant
 			if !pending {
 				pending = true
-				clock.After(0, func() { pending = false; drain() })
+				clock.After(0, func() { pending = false; fq.Round(); drain() })
 			}
 		}
 		for _, rp := range reps {
@@ -391,9 +393,13 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		if st.cls.QueueLimit > 0 {
 			fq.SetLimit(st.cls.Name, st.cls.QueueLimit)
 		}
-		// arrivals join a non-empty queue of their class's band order rather than
-		// overtaking it; an empty queue tries the pick at once
-		if fq.Len() > 0 && st.cls.QueueLimit > 0 || !dispatch(st) {
+		// arrivals join a non-empty queue in their order rather than overtaking it,
+		// and the round goes on (an arrival may fit where those refused did not); an
+		// empty queue tries the pick at once
+		if fq.Len() > 0 && st.cls.QueueLimit > 0 {
+			enqueue(st)
+			drain()
+		} else if !dispatch(st) {
 			enqueue(st)
 		}
 	}

@@ -24,7 +24,8 @@ type Scoring struct {
 	DiskTierTokensPerSecond float64 `mapstructure:"disk_tier_tokens_per_second"`
 	// DecodeInterference is the prior extra step time per running sequence.
 	DecodeInterference time.Duration `mapstructure:"decode_interference"`
-	// BatchTokens is vLLM's --max-num-batched-tokens, tokens per engine step.
+	// BatchTokens is vLLM's --max-num-batched-tokens, tokens per engine step; also the
+	// saturation point of admission's queue (router.Saturation.BatchTokens).
 	BatchTokens int `mapstructure:"batch_tokens"`
 	// ForeignRequestTokens is the prior size of a waiting request kvroute did not route.
 	ForeignRequestTokens int `mapstructure:"foreign_request_tokens"`

@@ -29,12 +29,15 @@ func (busyPolicy) Pick(_ *scoring.Input, cands []scoring.Candidate) scoring.Deci
 }
 
 func queueHarness(t *testing.T, maxQueue time.Duration) (*harness, *admission.Admitter) {
-	h := newHarness(t, func(_ *config.ExtProc, ro *router.Options) { ro.Policy = busyPolicy{} })
+	h := newHarness(t, func(_ *config.ExtProc, ro *router.Options) {
+		ro.Policy = busyPolicy{}
+		ro.Saturation = router.Saturation{MaxNumSeqs: 1} // one booked request saturates a worker
+	})
 	a := withAdmission(t, h, func(c *config.Admission) {
 		c.Classes = []config.Class{{Name: "interactive", Priority: 1, TTFTObjective: 500 * time.Millisecond, QueueLimit: 4, MaxQueueTime: maxQueue}}
 	})
 	h.router.OnCapacity(a.Wake)
-	for i := 0; i < 2; i++ { // both workers busy
+	for i := 0; i < 2; i++ { // both workers saturated
 		if _, err := h.router.Pick(context.Background(), &request.Request{API: request.APICompletions, Model: "m", PromptTokenIDs: [][]uint32{{1, 2}}}, router.PickOptions{}); err != nil {
 			t.Fatal(err)
 		}

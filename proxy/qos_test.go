@@ -32,8 +32,7 @@ func (busyPolicy) Pick(_ *scoring.Input, cands []scoring.Candidate) scoring.Deci
 	return scoring.Decision{Index: best, Predictions: preds}
 }
 
-// Through the real proxy: with the only worker busy and predicted past the class
-// objective, a request waits and, past max_queue_time, is answered 429 with
+// Through the real proxy: with the only worker saturated, a request waits and, past max_queue_time, is answered 429 with
 // x-kvroute-rejected-reason: queue_timeout; once the worker frees, the next is served.
 func TestProxyQueueTimeoutThenServed(t *testing.T) {
 	up := httptest.NewServer(sseWorker())
@@ -42,7 +41,8 @@ func TestProxyQueueTimeoutThenServed(t *testing.T) {
 	reg := workers.NewRegistry()
 	reg.Set([]*workers.Worker{{Name: "w", Address: upSrv, Models: []string{"m"}}})
 	ms := metrics.NewUnregistered()
-	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPolicy{}})
+	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPolicy{},
+		Saturation: router.Saturation{MaxNumSeqs: 1}}) // one booked request saturates the worker
 	c := config.Default().Admission
 	c.Classes = []config.Class{{Name: "interactive", TTFTObjective: 500 * time.Millisecond, QueueLimit: 4, MaxQueueTime: 20 * time.Millisecond}}
 	adm, err := admission.New(admission.Options{Config: c, Metrics: ms})

@@ -83,6 +83,41 @@ type Options struct {
 	// Tracer starts the kvroute.tokenize, kvroute.index_lookup and kvroute.pick child
 	// spans under the span in Pick's context (package tracing); nil: none.
 	Tracer trace.Tracer
+	// Saturation is the engines' own capacity, the only grounds on which
+	// PickOptions.Wait holds a request back. Zero fields take Saturation's defaults.
+	Saturation Saturation
+}
+
+// Saturation says when a worker's engine can take no more work at its next step, in
+// the engine's own terms (vLLM v1's scheduler, vllm/v1/core/sched/scheduler.py: each
+// step schedules the running requests' decode tokens first, then admits waiting
+// requests while len(running) < max_num_seqs and the step's token budget
+// max_num_batched_tokens lasts, chunking prefills into what is left). A worker is
+// saturated when kvroute's bookings on it (its own and its peers') fill either limit:
+//
+//	Booked.PrefillTokens + Booked.Decoding ≥ BatchTokens   (one token per decoding sequence)
+//	Booked.Requests ≥ MaxNumSeqs
+//
+// Below both, a request sent now is scheduled at the worker's next step, so holding it
+// in kvroute's queue would leave capacity idle; at either, it would wait in the
+// engine's FCFS queue, so it waits in kvroute's instead (PickOptions.Wait). Token-less bookings (Booked.Unsized)
+// count against MaxNumSeqs only; scraped load is not used (it is as old as the scrape,
+// and a scrape wakes no queue).
+type Saturation struct {
+	BatchTokens int // vLLM --max-num-batched-tokens; 0 → 8192 (scoring.Options' default)
+	MaxNumSeqs  int // vLLM --max-num-seqs; 0 → 256 (vLLM's default)
+}
+
+// Saturated reports whether b fills s (the type's doc).
+func (s Saturation) Saturated(b scoring.Booked) bool {
+	bt, ns := s.BatchTokens, s.MaxNumSeqs
+	if bt <= 0 {
+		bt = 8192
+	}
+	if ns <= 0 {
+		ns = 256
+	}
+	return b.PrefillTokens+b.Decoding >= bt || b.Requests >= ns
 }
 
 // Error is a refusal with the HTTP status a front should answer with. Any part of
@@ -154,9 +189,9 @@ func (r *Router) capacityFreed() {
 }
 
 // ErrWait is Pick's answer under PickOptions.Wait when the request should wait in
-// kvroute's queue: every candidate holds bookings and none is predicted to meet the
-// SLO. Nothing was booked.
-var ErrWait = errors.New("router: every worker is busy and none is predicted to meet the TTFT objective")
+// kvroute's queue: the worker the policy would pick is saturated
+// (Options.Saturation). Nothing was booked.
+var ErrWait = errors.New("router: the worker the request would be sent to is saturated")
 
 // flight is one worker's bookings. booked is guarded by Router.mu; pub is booked as
 // last published (atomics: a lock-free snapshot for Prepare, possibly stale or torn,
@@ -237,11 +272,19 @@ type PickOptions struct {
 	// (replacing SLO) and whether the request may wait (Wait). Admission's QoS classes
 	// use it: a class can match on prompt length.
 	Classify func(promptTokens int) (slo time.Duration, wait bool)
-	// Wait makes Pick answer ErrWait, booking nothing, when the request should wait
-	// for capacity: SLO > 0, the policy predicts TTFTs, every candidate already holds
-	// bookings (an idle worker gets no faster by waiting: it is picked whatever its
-	// prediction) and the lowest prediction exceeds SLO. The policy first decides as a
-	// dry run (scoring.Input.DryRun); only a pick that goes ahead changes its state.
+	// Wait (with SLO > 0) makes Pick answer ErrWait, booking nothing, when the
+	// worker the policy would pick is saturated (Options.Saturation): its engine would
+	// not schedule the request at its next step, so sending it there only queues it
+	// in the engine's FCFS queue, where kvroute's priority and fairness no longer
+	// apply; it waits in kvroute's queue instead and is picked again when capacity
+	// frees (late binding). A pick onto a worker below saturation goes ahead whatever
+	// its predicted TTFT — waiting makes it no faster and leaves the step under-filled
+	// — and the choice among workers stays the policy's (its cache affinity and load
+	// balance: the queue changes when a request is sent, not where). The answer
+	// depends on the request (its cached prefix decides the policy's choice), so
+	// the queue tries entries behind one told to wait (FairQueue.Drain). The policy
+	// decides as a dry run first (scoring.Input.DryRun) when any candidate is
+	// saturated; only a pick that goes ahead changes its state.
 	Wait bool
 }
 
@@ -322,27 +365,20 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	return t, nil
 }
 
-// waitLocked reports whether the request should wait (PickOptions.Wait): every
-// candidate holds bookings and the policy's dry-run decision predicts no candidate
-// meeting in.SLO. Caller holds r.mu.
+// waitLocked reports whether the request should wait (PickOptions.Wait): the
+// worker the policy would pick (a dry run, scoring.Input.DryRun) is saturated. No
+// candidate saturated: no dry run. Caller holds r.mu.
 func (r *Router) waitLocked(in *input, cands []scoring.Candidate) bool {
-	for i := range cands {
-		if cands[i].Booked.Requests == 0 {
-			return false
-		}
+	if !slices.ContainsFunc(cands, func(c scoring.Candidate) bool { return r.opt.Saturation.Saturated(c.Booked) }) {
+		return false
 	}
 	in.DryRun = true
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	in.DryRun = false
-	if len(d.Predictions) != len(cands) {
-		return false // the policy does not predict: nothing to wait for
+	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
+		return false // the pick refuses it: let Pick answer so
 	}
-	for _, p := range d.Predictions {
-		if p.TTFT <= in.SLO {
-			return false
-		}
-	}
-	return true
+	return r.opt.Saturation.Saturated(cands[d.Index].Booked)
 }
 
 // Explanation is one worker's view of a request without booking anything.
