@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"io"
 	"testing"
 
 	procmodev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -43,7 +44,11 @@ func TestMaxStreams(t *testing.T) {
 		open = append(open, s)
 	}
 	s := h.open(t)
-	s.send(withPC(hdrs(false, post("/v1/chat/completions")...), modeBuffered, modeStreamed))
+	// gRPC: the server may end the refused stream before the client's first message is
+	// written; Send then returns io.EOF and the status comes from Recv.
+	if err := s.s.Send(withPC(hdrs(false, post("/v1/chat/completions")...), modeBuffered, modeStreamed)); err != nil && err != io.EOF {
+		t.Fatalf("send: %v", err)
+	}
 	if _, err := s.s.Recv(); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("third stream with max_streams 2: %v, want RESOURCE_EXHAUSTED", err)
 	}
@@ -75,8 +80,8 @@ func TestMessageRateLimit(t *testing.T) {
 	}
 	var err error
 	for i := 0; i < 60 && err == nil; i++ {
-		if err = s.s.Send(rspBody("data: {}\n\n", false)); err == nil {
-			_, err = s.s.Recv()
+		if err = s.s.Send(rspBody("data: {}\n\n", false)); err == nil || err == io.EOF {
+			_, err = s.s.Recv() // io.EOF from Send: the server ended the stream; Recv has its status
 		}
 	}
 	if status.Code(err) != codes.ResourceExhausted {
