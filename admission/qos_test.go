@@ -14,26 +14,9 @@ import (
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/scoringtest"
 	"github.com/kvroute/kvroute/workers"
 )
-
-// busyPredictor predicts 1 s of TTFT per request booked on a worker and picks the
-// lowest (a test policy: the queue only needs predictions and bookings).
-type busyPredictor struct{}
-
-func (busyPredictor) Name() string { return "busy" }
-func (busyPredictor) Pick(in *scoring.Input, cands []scoring.Candidate) scoring.Decision {
-	preds := make([]scoring.Prediction, len(cands))
-	best := 0
-	for i, c := range cands {
-		preds[i].TTFT = time.Duration(c.Booked.Requests) * time.Second
-		if preds[i].TTFT < preds[best].TTFT {
-			best = i
-		}
-	}
-	return scoring.Decision{Index: best, Reason: scoring.ReasonBest, Predictions: preds}
-}
 
 func qosSetup(t *testing.T, classes []config.Class, names ...string) (*Admitter, *router.Router, *metrics.Set) {
 	t.Helper()
@@ -45,7 +28,7 @@ func qosSetup(t *testing.T, classes []config.Class, names ...string) (*Admitter,
 	reg.Set(ws)
 	ms := metrics.NewUnregistered()
 	// max_num_seqs 1: one booked request saturates a worker (router.Saturation)
-	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPredictor{},
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: scoringtest.Busy{},
 		Saturation: router.Saturation{MaxNumSeqs: 1}})
 	c := config.Default().Admission
 	c.Classes = classes
@@ -259,7 +242,7 @@ func TestQueueHeadOfLineOtherModelGoesFirst(t *testing.T) {
 		{Name: "b", Address: "10.0.0.2:8000", Models: []string{"m2"}}})
 	ms := metrics.NewUnregistered()
 	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m1"}, {Name: "m2"}}, Metrics: ms,
-		Policy: busyPredictor{}, Saturation: router.Saturation{MaxNumSeqs: 1}})
+		Policy: scoringtest.Busy{}, Saturation: router.Saturation{MaxNumSeqs: 1}})
 	c := config.Default().Admission
 	c.Classes = []config.Class{interactive}
 	a, err := New(Options{Config: c, Metrics: ms})

@@ -13,6 +13,7 @@ import (
 	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/peers"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
@@ -491,57 +492,27 @@ type replicaState struct {
 	from   map[int]map[string]*peerImport // by sender replica, by worker
 }
 
-// peerImport is what one peer reported for one worker: its bookings, the keys it is
-// prefilling there, and the speculative entries booked for them.
+// peerImport is what one peer reported for one worker: its bookings, and the keys it is
+// prefilling there with the speculative entries booked for them (peers.KeyImport, the
+// receiver's own bookkeeping).
 type peerImport struct {
-	booked   scoring.Booked
-	keys     map[kvindex.Key]struct{}
-	bookings []kvindex.Booking
+	booked scoring.Booked
+	peers.KeyImport
 }
 
 // apply replaces what r held from replica si with its summary local, as package
-// peers' receiver does (Manager.apply and importKeys): bookings summed per worker over
-// peers; only keys not imported before are booked as speculative entries; a booking
-// none of whose keys is still reported is forgotten (its entries are confirmed by the
-// worker's events or expire), and a worker no longer reported is forgotten alike.
-// Re-booking every key at every summary instead would churn the index: each Book adds
-// FIFO entries, and a long prefill reported 40 times a second would push the worker's
-// confirmed entries out.
+// peers' receiver does (Manager.apply): bookings summed per worker over peers; the
+// keys through peers.KeyImport.Update; a worker no longer reported is forgotten.
 func (r *replicaState) apply(si int, local []router.WorkerBookings) {
 	prev := r.from[si]
 	m := make(map[string]*peerImport, len(local))
 	for _, l := range local {
 		im := prev[l.Worker]
 		if im == nil {
-			im = &peerImport{keys: map[kvindex.Key]struct{}{}}
+			im = &peerImport{}
 		}
 		im.booked = l.Booked
-		next := make(map[kvindex.Key]struct{}, len(l.Keys))
-		var fresh []kvindex.Key
-		for _, k := range l.Keys {
-			if _, ok := im.keys[k]; !ok {
-				if _, dup := next[k]; !dup {
-					fresh = append(fresh, k)
-				}
-			}
-			next[k] = struct{}{}
-		}
-		im.keys = next
-		kept := im.bookings[:0]
-		for _, b := range im.bookings {
-			for _, k := range b.Keys() {
-				if _, ok := next[k]; ok {
-					kept = append(kept, b)
-					break
-				}
-			}
-		}
-		im.bookings = kept
-		if len(fresh) > 0 {
-			if b := r.ix.Book(l.Worker, fresh); b.Len() > 0 {
-				im.bookings = append(im.bookings, b)
-			}
-		}
+		im.Update(r.ix, l.Worker, l.Keys)
 		m[l.Worker] = im
 	}
 	r.from[si] = m

@@ -9,28 +9,12 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/router"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/scoringtest"
 )
-
-// busyPolicy predicts 1 s of TTFT per booked request and picks the lowest.
-type busyPolicy struct{}
-
-func (busyPolicy) Name() string { return "busy" }
-func (busyPolicy) Pick(_ *scoring.Input, cands []scoring.Candidate) scoring.Decision {
-	preds := make([]scoring.Prediction, len(cands))
-	best := 0
-	for i, c := range cands {
-		preds[i].TTFT = time.Duration(c.Booked.Requests) * time.Second
-		if preds[i].TTFT < preds[best].TTFT {
-			best = i
-		}
-	}
-	return scoring.Decision{Index: best, Predictions: preds}
-}
 
 func queueHarness(t *testing.T, maxQueue time.Duration) (*harness, *admission.Admitter) {
 	h := newHarness(t, func(_ *config.ExtProc, ro *router.Options) {
-		ro.Policy = busyPolicy{}
+		ro.Policy = scoringtest.Busy{}
 		ro.Saturation = router.Saturation{MaxNumSeqs: 1} // one booked request saturates a worker
 	})
 	a := withAdmission(t, h, func(c *config.Admission) {

@@ -93,7 +93,7 @@ func (m *Manager) Snapshot() View {
 	for _, p := range m.peers {
 		pv := PeerView{ID: p.id, Remote: p.remote, Seq: p.seq, Age: now.Sub(p.last), Messages: p.msgs, Bytes: p.bytes, Booked: p.total}
 		for name, im := range p.workers {
-			pv.Workers = append(pv.Workers, PeerWorkerView{Worker: name, Booked: im.booked, OldestPrefill: im.oldest, Keys: len(im.keys)})
+			pv.Workers = append(pv.Workers, PeerWorkerView{Worker: name, Booked: im.booked, OldestPrefill: im.oldest, Keys: im.Keys()})
 		}
 		sort.Slice(pv.Workers, func(i, j int) bool { return pv.Workers[i].Worker < pv.Workers[j].Worker })
 		v.Peers = append(v.Peers, pv)

@@ -134,11 +134,62 @@ type peerState struct {
 
 // imported is what one peer reported for one worker.
 type imported struct {
-	booked   scoring.Booked
-	oldest   time.Time
-	keys     map[kvindex.Key]struct{}
-	bookings []kvindex.Booking // speculative entries this replica created for those keys
+	booked scoring.Booked
+	oldest time.Time
+	KeyImport
 }
+
+// KeyImport is the block keys one peer reports as being prefilled on one worker, and
+// the speculative index entries this replica booked for them. The receiver
+// (Manager) and kvbench's virtual replicas keep one per peer × worker.
+type KeyImport struct {
+	keys     map[kvindex.Key]struct{}
+	bookings []kvindex.Booking
+}
+
+// Update replaces the reported key set with keys (a peer's latest summary for
+// worker): keys not reported before are booked in ix as speculative entries (ix nil:
+// none), and a booking none of whose keys is still reported is forgotten — its
+// entries are then confirmed by the worker's own KV events or expire. Re-booking
+// every key at every summary instead would churn the index: each Book adds FIFO
+// entries, and a long prefill reported 40 times a second would push the worker's
+// confirmed entries out. Returns how many keys were new.
+func (im *KeyImport) Update(ix Index, worker string, keys []kvindex.Key) int {
+	next := make(map[kvindex.Key]struct{}, len(keys))
+	var fresh []kvindex.Key
+	for _, k := range keys {
+		if _, ok := im.keys[k]; !ok {
+			if _, dup := next[k]; !dup {
+				fresh = append(fresh, k)
+			}
+		}
+		next[k] = struct{}{}
+	}
+	im.keys = next
+	if ix == nil {
+		return len(fresh)
+	}
+	kept := im.bookings[:0]
+	for _, b := range im.bookings {
+		for _, k := range b.Keys() {
+			if _, ok := next[k]; ok {
+				kept = append(kept, b)
+				break
+			}
+		}
+	}
+	clear(im.bookings[len(kept):])
+	im.bookings = kept
+	if len(fresh) > 0 {
+		if b := ix.Book(worker, fresh); b.Len() > 0 {
+			im.bookings = append(im.bookings, b)
+		}
+	}
+	return len(fresh)
+}
+
+// Keys is the number of keys last reported.
+func (im *KeyImport) Keys() int { return len(im.keys) }
 
 // New returns a Manager; Run starts it.
 func New(o Options) (*Manager, error) {
@@ -500,7 +551,7 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 		seen[ws.Worker] = true
 		im := p.workers[ws.Worker]
 		if im == nil {
-			im = &imported{keys: map[kvindex.Key]struct{}{}}
+			im = &imported{}
 			p.workers[ws.Worker] = im
 		}
 		im.booked, im.oldest = ws.Booked, ws.OldestPrefill
@@ -522,38 +573,10 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 }
 
 // importKeys books the keys not imported before as speculative entries on worker and
-// forgets bookings none of whose keys is still reported.
+// forgets bookings none of whose keys is still reported (KeyImport.Update).
 func (m *Manager) importKeys(worker string, im *imported, keys []kvindex.Key) {
-	next := make(map[kvindex.Key]struct{}, len(keys))
-	var fresh []kvindex.Key
-	for _, k := range keys {
-		if _, ok := im.keys[k]; !ok {
-			if _, dup := next[k]; !dup {
-				fresh = append(fresh, k)
-			}
-		}
-		next[k] = struct{}{}
-	}
-	im.keys = next
-	if m.o.Index == nil {
-		return
-	}
-	kept := im.bookings[:0]
-	for _, b := range im.bookings {
-		for _, k := range b.Keys() {
-			if _, ok := next[k]; ok {
-				kept = append(kept, b)
-				break
-			}
-		}
-	}
-	clear(im.bookings[len(kept):])
-	im.bookings = kept
-	if len(fresh) > 0 {
-		m.o.Metrics.KeysImported.Add(float64(len(fresh)))
-		if b := m.o.Index.Book(worker, fresh); b.Len() > 0 {
-			im.bookings = append(im.bookings, b)
-		}
+	if n := im.Update(m.o.Index, worker, keys); n > 0 && m.o.Index != nil {
+		m.o.Metrics.KeysImported.Add(float64(n))
 	}
 }
 

@@ -12,25 +12,9 @@ import (
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/router"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/scoringtest"
 	"github.com/kvroute/kvroute/workers"
 )
-
-// busyPolicy predicts 1 s of TTFT per booked request and picks the lowest.
-type busyPolicy struct{}
-
-func (busyPolicy) Name() string { return "busy" }
-func (busyPolicy) Pick(_ *scoring.Input, cands []scoring.Candidate) scoring.Decision {
-	preds := make([]scoring.Prediction, len(cands))
-	best := 0
-	for i, c := range cands {
-		preds[i].TTFT = time.Duration(c.Booked.Requests) * time.Second
-		if preds[i].TTFT < preds[best].TTFT {
-			best = i
-		}
-	}
-	return scoring.Decision{Index: best, Predictions: preds}
-}
 
 // Through the real proxy: with the only worker saturated, a request waits and, past max_queue_time, is answered 429 with
 // x-kvroute-rejected-reason: queue_timeout; once the worker frees, the next is served.
@@ -41,7 +25,7 @@ func TestProxyQueueTimeoutThenServed(t *testing.T) {
 	reg := workers.NewRegistry()
 	reg.Set([]*workers.Worker{{Name: "w", Address: upSrv, Models: []string{"m"}}})
 	ms := metrics.NewUnregistered()
-	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: busyPolicy{},
+	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: scoringtest.Busy{},
 		Saturation: router.Saturation{MaxNumSeqs: 1}}) // one booked request saturates the worker
 	c := config.Default().Admission
 	c.Classes = []config.Class{{Name: "interactive", TTFTObjective: 500 * time.Millisecond, QueueLimit: 4, MaxQueueTime: 20 * time.Millisecond}}
