@@ -104,7 +104,7 @@ type Options struct {
 // count against MaxNumSeqs only; scraped load is not used (it is as old as the scrape,
 // and a scrape wakes no queue).
 type Saturation struct {
-	BatchTokens int // vLLM --max-num-batched-tokens; 0 → 8192 (scoring.Options' default)
+	BatchTokens int // vLLM --max-num-batched-tokens; 0 → scoring.DefaultBatchTokens
 	MaxNumSeqs  int // vLLM --max-num-seqs; 0 → 256 (vLLM's default)
 }
 
@@ -112,7 +112,7 @@ type Saturation struct {
 func (s Saturation) Saturated(b scoring.Booked) bool {
 	bt, ns := s.BatchTokens, s.MaxNumSeqs
 	if bt <= 0 {
-		bt = 8192
+		bt = scoring.DefaultBatchTokens
 	}
 	if ns <= 0 {
 		ns = 256

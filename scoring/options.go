@@ -13,6 +13,10 @@ import (
 // ErrUnknownPolicy is returned by New for a name not in PolicyNames.
 var ErrUnknownPolicy = errors.New("scoring: unknown policy")
 
+// DefaultBatchTokens is vLLM's default --max-num-batched-tokens for online serving
+// (tokens per engine step): Options.BatchTokens and router.Saturation take it for 0.
+const DefaultBatchTokens = 8192
+
 // Options are the settings every policy constructor receives. Zero values take the
 // default documented per field (set in one place: Options.withDefaults); a negative
 // value disables a feature where the field says so.
@@ -34,7 +38,7 @@ type Options struct {
 	// under max_num_batched_tokens). 0 → 200 µs.
 	DecodeInterference time.Duration
 	// BatchTokens is the engine's token budget per step (vLLM --max-num-batched-tokens),
-	// tokens; it turns queued prefill tokens into engine steps. 0 → 8192.
+	// tokens; it turns queued prefill tokens into engine steps. 0 → DefaultBatchTokens.
 	BatchTokens int
 	// ForeignRequestTokens is the prior size of a waiting request kvroute did not route
 	// (seen only in the scraped vllm:num_requests_waiting), uncached tokens; learned per
@@ -153,7 +157,7 @@ func (o Options) withDefaults() Options {
 	def(&o.CPUTierTokensPerSecond, 100000)
 	def(&o.DiskTierTokensPerSecond, 20000)
 	defD(&o.DecodeInterference, 200*time.Microsecond)
-	defI(&o.BatchTokens, 8192)
+	defI(&o.BatchTokens, DefaultBatchTokens)
 	defI(&o.ForeignRequestTokens, 1024)
 	defD(&o.LoadHalfLife, 2*time.Second)
 	def(&o.TieMargin, 0.10)
