@@ -238,7 +238,7 @@ type Coefficients struct {
 	Factors                [NumTerms]float64 // θ the prediction uses per term (shrunk toward the pool's, then gated), 1 = prior
 	Learned                [NumTerms]float64 // θ shrunk toward the pool's, before the gate
 	Own                    [NumTerms]float64 // the worker's own estimate θ_w before shrinkage
-	Weights                [NumTerms]float64 // the worker's gate per term in [0, 1]: how much of its deviation from the pool enters (gate.go)
+	Weights                [NumTerms]float64 // the worker's gate per term in [0, 1]: how far its own factors depart from the gated pool's (gate.go)
 	PoolWeights            [NumTerms]float64 // the pool's gate per term: how much of the pool's factors enter
 	ForeignRequestTokens   float64
 }
@@ -312,14 +312,12 @@ func (p *Predictor) Observe(o Observation) {
 		wm.foreignTokens += foreignAlpha * (float64(u) - wm.foreignTokens)
 	}
 	at := o.Start.Add(o.TTFT)
-	// Prequential scores (gate.go): the prior's and the learned factors' predictions of
-	// this TTFT, made before it updates anything.
-	// The pool's factors are scored against the prior; the worker's deviation from them
-	// against the gated pool's prediction (the two levels of effective).
-	prior := dot(&unitTheta, f)
+	// Prequential scores (gate.go), made before this TTFT updates anything: the pool's
+	// factors against the prior, the worker's own against the gated pool's (the two
+	// levels of effective, pool.go).
 	learned, pool, base := p.learned(wm, at), p.pool.est.theta, p.poolFactors()
-	p.pool.gate.add(y-prior, departures(&pool, &unitTheta, f))
-	wm.gate.add(y-dot(&base, f), departures(&learned, &pool, f))
+	p.pool.gate.add(y-dot(&unitTheta, f), departures(&pool, &unitTheta, f))
+	wm.gate.add(y-dot(&base, f), departures(&learned, &base, f))
 	if !o.Start.IsZero() {
 		p.ageLocked(wm, at)
 	}

@@ -47,14 +47,16 @@ func (wm *workerModel) decay(now time.Time, halfLife time.Duration) float64 {
 }
 
 // effective returns the factors a prediction for wm uses at now, gated in two levels
-// (gate.go): the pool's factors enter by the pool's weight, the worker's deviation from
-// them by its own,
+// (gate.go): the pool's factors θ̄ enter the baseline by the pool's weights, and the
+// worker's own (shrunk) factors θ_eff depart from that baseline by the worker's,
 //
-//	θ_used = 1 + w_pool·(θ̄ − 1) + w_w·(θ_eff − θ̄)
+//	θ_b    = 1 + w_pool·(θ̄ − 1)
+//	θ_used = θ_b + w_w·(θ_eff − θ_b)
 //
-// so identical workers share one correction of the prior (their traffic stays
-// balanced) and only a worker whose own deviation has predicted better keeps it. A
-// worker with no observation uses the gated pool's.
+// so a correction every worker needs is decided once, on every worker's observations,
+// and only a worker whose own factors have predicted better than the baseline keeps
+// them (a GPU twice as slow; or every worker of a pool whose workers differ so much
+// that the pool's compromise fits none). A worker with no observation uses θ_b.
 func (p *Predictor) effective(wm *workerModel, now time.Time) [NumTerms]float64 {
 	th := p.poolFactors()
 	if wm == nil || wm.est.n == 0 {
@@ -62,7 +64,7 @@ func (p *Predictor) effective(wm *workerModel, now time.Time) [NumTerms]float64 
 	}
 	w, l := wm.gate.weights(), p.learned(wm, now)
 	for t := range th {
-		th[t] += w[t] * (l[t] - p.pool.est.theta[t])
+		th[t] += w[t] * (l[t] - th[t])
 	}
 	return th
 }
