@@ -33,6 +33,7 @@ type workerModel struct {
 	prior         prior     // the prior the factors are relative to; a changed profile resets them
 	est           *rls      // the worker's own factors θ_w (pool.go shrinks them toward the pool's)
 	s2            float64   // EWMA of squared relative residuals (the noise of est)
+	gate          gate      // prequential errors of the prior and of the learned factors (gate.go)
 	lastObs       time.Time // when est last learned (Input.Now of the pick it learned from)
 	foreignTokens float64   // EWMA of uncached prompt tokens of requests routed here
 	writes        decayed   // uncached prompt tokens routed here, decayed by WriteHalfLife
@@ -168,7 +169,7 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		}
 	}
 	util := p.utilLocked(in, cands, st)
-	pool = p.pool.est.theta
+	pool = p.poolFactors()
 	p.mu.RUnlock()
 	k := congestion(&p.o, util)
 	cost := make([]time.Duration, len(cands))
@@ -234,8 +235,11 @@ type Coefficients struct {
 	Observations           int
 	OverheadSeconds        float64
 	PrefillTokensPerSecond float64
-	Factors                [NumTerms]float64 // effective θ per term (shrunk toward the pool's), 1 = prior
+	Factors                [NumTerms]float64 // θ the prediction uses per term (shrunk toward the pool's, then gated), 1 = prior
+	Learned                [NumTerms]float64 // θ shrunk toward the pool's, before the gate
 	Own                    [NumTerms]float64 // the worker's own estimate θ_w before shrinkage
+	Weights                [NumTerms]float64 // the worker's gate per term in [0, 1]: how far its own factors depart from the gated pool's (gate.go)
+	PoolWeights            [NumTerms]float64 // the pool's gate per term: how much of the pool's factors enter
 	ForeignRequestTokens   float64
 }
 
@@ -254,8 +258,14 @@ func (p *Predictor) Coefficients(worker string) (c Coefficients, ok bool) {
 // observation.
 func (p *Predictor) coefficientsLocked(wm *workerModel) Coefficients {
 	th := p.effective(wm, wm.lastObs)
-	return Coefficients{Observations: wm.est.n, OverheadSeconds: th[TermOverhead] * wm.prior.overhead,
-		PrefillTokensPerSecond: wm.prior.prefillRate / th[TermPrefill], Factors: th, Own: wm.est.theta, ForeignRequestTokens: wm.foreignTokens}
+	c := Coefficients{Observations: wm.est.n, OverheadSeconds: th[TermOverhead] * wm.prior.overhead,
+		PrefillTokensPerSecond: wm.prior.prefillRate / th[TermPrefill], Factors: th, Learned: p.learned(wm, wm.lastObs),
+		Own: wm.est.theta, ForeignRequestTokens: wm.foreignTokens}
+	c.PoolWeights = p.pool.gate.weights()
+	if wm.est.n > 0 {
+		c.Weights = wm.gate.weights()
+	}
+	return c
 }
 
 // Observe implements Learner: the first-token report (TTFT>0, E2E==0) of a request this
@@ -302,6 +312,12 @@ func (p *Predictor) Observe(o Observation) {
 		wm.foreignTokens += foreignAlpha * (float64(u) - wm.foreignTokens)
 	}
 	at := o.Start.Add(o.TTFT)
+	// Prequential scores (gate.go), made before this TTFT updates anything: the pool's
+	// factors against the prior, the worker's own against the gated pool's (the two
+	// levels of effective, pool.go).
+	learned, pool, base := p.learned(wm, at), p.pool.est.theta, p.poolFactors()
+	p.pool.gate.add(y-dot(&unitTheta, f), departures(&pool, &unitTheta, f))
+	wm.gate.add(y-dot(&base, f), departures(&learned, &base, f))
 	if !o.Start.IsZero() {
 		p.ageLocked(wm, at)
 	}

@@ -29,6 +29,7 @@ import (
 type poolState struct {
 	est  *rls
 	tau2 [NumTerms]float64
+	gate gate // the pool's factors against the prior (gate.go)
 }
 
 // s2Alpha is the EWMA weight of one squared residual in a worker's residual variance.
@@ -45,9 +46,37 @@ func (wm *workerModel) decay(now time.Time, halfLife time.Duration) float64 {
 	return math.Exp2(-float64(now.Sub(wm.lastObs)) / float64(halfLife))
 }
 
-// effective returns wm's factors shrunk toward the pool's at now. A worker with no
-// observation uses the pool's.
+// effective returns the factors a prediction for wm uses at now, gated in two levels
+// (gate.go): the pool's factors θ̄ enter the baseline by the pool's weights, and the
+// worker's own (shrunk) factors θ_eff depart from that baseline by the worker's,
+//
+//	θ_b    = 1 + w_pool·(θ̄ − 1)
+//	θ_used = θ_b + w_w·(θ_eff − θ_b)
+//
+// so a correction every worker needs is decided once, on every worker's observations,
+// and only a worker whose own factors have predicted better than the baseline keeps
+// them (a GPU twice as slow; or every worker of a pool whose workers differ so much
+// that the pool's compromise fits none). A worker with no observation uses θ_b.
 func (p *Predictor) effective(wm *workerModel, now time.Time) [NumTerms]float64 {
+	th := p.poolFactors()
+	if wm == nil || wm.est.n == 0 {
+		return th
+	}
+	w, l := wm.gate.weights(), p.learned(wm, now)
+	for t := range th {
+		th[t] += w[t] * (l[t] - th[t])
+	}
+	return th
+}
+
+// poolFactors is the pool's factors gated by the pool's weight.
+func (p *Predictor) poolFactors() [NumTerms]float64 {
+	return gated(p.pool.est.theta, p.pool.gate.weights())
+}
+
+// learned returns wm's factors shrunk toward the pool's at now, before the gate. A
+// worker with no observation uses the pool's.
+func (p *Predictor) learned(wm *workerModel, now time.Time) [NumTerms]float64 {
 	pool := p.pool.est.theta
 	if wm == nil || wm.est.n == 0 {
 		return pool
