@@ -132,10 +132,11 @@ func congestion(o *Options, util float64) float64 {
 // when they fall behind, the cluster's queue is growing — offered prefill exceeds its
 // capacity, whatever the learned rates say — and the factor scales the model's
 // utilization up by the ratio (offered = served + the decayed backlog, so it is
-// 1 + backlog/served). This is what makes ρ right at overload: the learned prefill
-// rates fit each request's relative error, dominated by short prompts, and overstate
-// the rate of long ones whose attention cost grows with context (Mooncake trace at 3×:
-// model ρ 0.66–0.79 against offered/served 1.4–1.6). 1 when nothing is served yet.
+// 1 + backlog/served). This is what makes ρ right at overload: the model's prefill
+// rates (the profile's, and learned ones that barely move while the queue term
+// dominates the TTFT) overstate the rate of long prompts, whose attention cost grows
+// with context (Mooncake trace at 3×: model ρ 0.66–0.79 against offered/served
+// 1.4–1.6). 1 when nothing is served yet.
 func backlogFactor(offered, served float64) float64 {
 	if served <= 0 || offered <= served {
 		return 1
