@@ -37,6 +37,7 @@ type workerModel struct {
 	lastObs       time.Time // when est last learned (Input.Now of the pick it learned from)
 	foreignTokens float64   // EWMA of uncached prompt tokens of requests routed here
 	writes        decayed   // uncached prompt tokens routed here, decayed by WriteHalfLife
+	served        decayed   // of those, the ones whose prefill is done (first token, or completion when not streamed), same decay
 	backlog       backlog   // remaining prefill of our bookings here, tokens (overload.go)
 	firstTokens   recent    // when our requests here left the waiting queue (first token)
 	finished      recent    // when our requests here finished
@@ -120,17 +121,25 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 
 // utilLocked is the cluster's offered prefill utilization over the candidates: the
 // prefill seconds of the uncached tokens routed to them recently (decayed writes, at
-// each worker's learned rate) over the candidates' capacity in the same window.
+// each worker's learned rate) over the candidates' capacity in the same window, scaled
+// by the backlog factor max(1, O/S) when the first tokens fall behind the writes
+// (O = the decayed uncached tokens routed, S = those of them served, both over the
+// candidates; README "Overload").
 func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) float64 {
-	work := 0.0
+	work, offered, served := 0.0, 0.0, 0.0
 	for i := range cands {
 		if c := &cands[i]; c.Worker != nil {
-			if wm := p.workers[c.Worker.Name]; wm != nil && st[i].rate > 0 {
-				work += wm.writes.at(in.Now, p.o.WriteHalfLife) / st[i].rate
+			if wm := p.workers[c.Worker.Name]; wm != nil {
+				w := wm.writes.at(in.Now, p.o.WriteHalfLife)
+				offered += w
+				served += wm.served.at(in.Now, p.o.WriteHalfLife)
+				if st[i].rate > 0 {
+					work += w / st[i].rate
+				}
 			}
 		}
 	}
-	return work / (float64(len(cands)) * windowSeconds(p.o.WriteHalfLife))
+	return work / (float64(len(cands)) * windowSeconds(p.o.WriteHalfLife)) * backlogFactor(offered, served)
 }
 
 // Pick implements Policy: predictions for every candidate, then choose (picker.go).
@@ -348,17 +357,23 @@ func (p *Predictor) Observe(o Observation) {
 
 // recordLeft notes when one of our requests left the worker's waiting queue (first
 // token) or its running set (completion), so that a scrape taken before does not count
-// it as someone else's request (features: only waiting/running beyond ours is foreign).
+// it as someone else's request (features: only waiting/running beyond ours is foreign),
+// and counts its uncached tokens as served (utilLocked's backlog factor).
 func (p *Predictor) recordLeft(o Observation) {
 	if o.Worker == "" || o.Start.IsZero() {
 		return
 	}
 	p.mu.Lock()
 	if wm := p.workers[o.Worker]; wm != nil {
+		u := float64(max(o.PromptTokens-o.CachedTokens, 0)) // what the pick wrote (Pick: writes)
 		if o.E2E > 0 {
 			wm.finished.add(o.Start.Add(o.E2E))
+			if o.TTFT <= 0 { // not streamed: reported once, at completion
+				wm.served.add(u, o.Start.Add(o.E2E), p.o.WriteHalfLife)
+			}
 		} else if o.TTFT > 0 {
 			wm.firstTokens.add(o.Start.Add(o.TTFT))
+			wm.served.add(u, o.Start.Add(o.TTFT), p.o.WriteHalfLife)
 			wm.backlog.pop()
 		}
 	}

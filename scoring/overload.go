@@ -125,6 +125,25 @@ func congestion(o *Options, util float64) float64 {
 	return min(util/(1-util), o.CongestionMax)
 }
 
+// backlogFactor is max(1, offered/served): how far the prefill the cluster was given
+// (offered, decayed uncached tokens routed) runs ahead of what it has done (served, the
+// same tokens decayed from their first token). While first tokens keep pace it is 1 (up
+// to the lag of one TTFT against the decay window) and the utilization is the model's;
+// when they fall behind, the cluster's queue is growing — offered prefill exceeds its
+// capacity, whatever the learned rates say — and the factor scales the model's
+// utilization up by the ratio (offered = served + the decayed backlog, so it is
+// 1 + backlog/served). This is what makes ρ right at overload: the model's prefill
+// rates (the profile's, and learned ones that barely move while the queue term
+// dominates the TTFT) overstate the rate of long prompts, whose attention cost grows
+// with context (Mooncake trace at 3×: model ρ 0.66–0.79 against offered/served
+// 1.4–1.6). 1 when nothing is served yet.
+func backlogFactor(offered, served float64) float64 {
+	if served <= 0 || offered <= served {
+		return 1
+	}
+	return offered / served
+}
+
 // windowSeconds is the effective length of an exponentially decayed sum with the given
 // half-life: ∫ 0.5^(t/h) dt = h/ln 2.
 func windowSeconds(halfLife time.Duration) float64 {

@@ -183,3 +183,57 @@ func TestOursThatLeftAreNotForeign(t *testing.T) {
 		t.Fatalf("waiting requests beyond ours must count, queue %.3f s", q)
 	}
 }
+
+// TestBacklogFactor: offered ÷ served when the first tokens fall behind the writes, 1
+// otherwise (and before anything is served).
+func TestBacklogFactor(t *testing.T) {
+	for _, c := range []struct{ offered, served, want float64 }{
+		{10, 0, 1}, {10, 10, 1}, {5, 10, 1}, {15, 10, 1.5}, {30, 10, 3},
+	} {
+		if got := backlogFactor(c.offered, c.served); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("backlogFactor(%g, %g) = %g, want %g", c.offered, c.served, got, c.want)
+		}
+	}
+}
+
+// TestUtilizationCountsTheBacklog: two workers were each routed 0.45 of their prefill
+// capacity over the write window (5,000 tok/s each, 30 s / ln 2), so the model's
+// utilization is 0.45. While only one of the two requests has had its first token, the
+// writes run twice ahead of what was served: ρ doubles to 0.9 (κ from 0.82 to 8, the
+// cap). Once both are served it is 0.45 again; a non-streamed request counts as served
+// at its completion (reported once, TTFT 0).
+func TestUtilizationCountsTheBacklog(t *testing.T) {
+	p := NewPredictor(Options{Rand: seeded(1)}, false)
+	n := int(0.45 * 5000 * windowSeconds(30*time.Second))
+	start := t0.Add(-time.Millisecond)
+	load := input(n)
+	load.Now = start
+	for _, w := range []Candidate{cand("a", 0, 0), cand("b", 0, 0)} {
+		p.Pick(load, []Candidate{w})
+	}
+	cs := []Candidate{cand("a", 0, 0), cand("b", 0, 0)}
+	util := func() float64 {
+		in := input(1000)
+		st := make([]candState, len(cs))
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+		for i := range cs {
+			p.predictLocked(in, &cs[i], &st[i])
+		}
+		return p.utilLocked(in, cs, st)
+	}
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 0.01 {
+			t.Fatalf("%s: utilization %.4f, want %.2f", what, got, want)
+		}
+	}
+	near("nothing served yet", util(), 0.45)
+	p.Observe(Observation{Worker: "a", PromptTokens: n, Start: start, TTFT: time.Millisecond})
+	near("a served, b not", util(), 0.90)
+	if k := congestion(&p.o, util()); k != 8 {
+		t.Fatalf("congestion at ρ = 0.9 is 9, capped at 8; got %g", k)
+	}
+	p.Observe(Observation{Worker: "b", PromptTokens: n, Start: start, E2E: 2 * time.Millisecond})
+	near("both served (b not streamed)", util(), 0.45)
+}
