@@ -64,6 +64,12 @@ type VirtualOptions struct {
 	// Booked, block keys being prefilled booked as speculative entries). False: blind
 	// replicas.
 	Share bool
+	// ExchangeSync also sends a replica's summary to every peer at once after each of
+	// its picks (no delay, before the next pick): the limit the real exchange
+	// approaches, in which N replicas see exactly what one would.
+	ExchangeSync bool
+	// PeerState sets scoring.Options.PeerState on the replicas' policies.
+	PeerState bool
 	// ExchangeInterval is the coalescing period (peers.interval); 0 means 25 ms.
 	ExchangeInterval time.Duration
 	// ExchangeDelay is the transit time of a summary (network + decode); 0 means none.
@@ -161,7 +167,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	policy := o.PolicyImpl
 	if policy == nil {
 		var err error
-		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens); err != nil {
+		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens, o.PeerState); err != nil {
 			return nil, err
 		}
 	}
@@ -209,7 +215,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if o.PolicyImpl != nil {
 				return nil, fmt.Errorf("bench: PolicyImpl with %d replicas", nrep)
 			}
-			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens); err != nil {
+			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens, o.PeerState); err != nil {
 				return nil, err
 			}
 		}
@@ -301,6 +307,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		engines[n] = sim.NewVirtualEngine(eng, clock, onOut, onBatch)
 	}
 
+	var syncEx func(si int)
 	ctx := context.Background()
 	fail := func(st *state, why string) {
 		results[st.idx].Err = why
@@ -323,6 +330,9 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			return true
 		}
 		st.ticket = t
+		if syncEx != nil {
+			syncEx(i % nrep)
+		}
 		r.Worker = t.Worker
 		r.Predicted = t.Predicted.TTFT
 		r.Queued = clock.Now().Sub(st.sent)
@@ -478,6 +488,17 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			}
 		}
 		exchange()
+		if o.ExchangeSync {
+			syncEx = func(si int) {
+				lastChanges[si], lastSent[si] = reps[si].rt.Changes(), clock.Now()
+				local := reps[si].rt.LocalBookings(16384)
+				for ri, rcv := range reps {
+					if ri != si {
+						rcv.apply(si, local)
+					}
+				}
+			}
+		}
 	}
 	clock.Run()
 	return results, nil
@@ -496,7 +517,9 @@ type replicaState struct {
 // prefilling there with the speculative entries booked for them (peers.KeyImport, the
 // receiver's own bookkeeping).
 type peerImport struct {
-	booked scoring.Booked
+	booked              scoring.Booked
+	firstTokens, finish []time.Time
+	writes              router.PeerWrites
 	peers.KeyImport
 }
 
@@ -511,12 +534,13 @@ func (r *replicaState) apply(si int, local []router.WorkerBookings) {
 		if im == nil {
 			im = &peerImport{}
 		}
-		im.booked = l.Booked
+		im.booked, im.firstTokens, im.finish = l.Booked, l.FirstTokens, l.Finished
+		im.writes = router.PeerWrites{Tokens: l.Writes, At: l.WritesAt}
 		im.Update(r.ix, l.Worker, l.Keys)
 		m[l.Worker] = im
 	}
 	r.from[si] = m
-	sum := map[string]scoring.Booked{}
+	sum := map[string]router.PeerWorker{}
 	for _, per := range r.from {
 		for w, im := range per {
 			b := sum[w]
@@ -524,6 +548,11 @@ func (r *replicaState) apply(si int, local []router.WorkerBookings) {
 			b.Prefilling += im.booked.Prefilling
 			b.PrefillTokens += im.booked.PrefillTokens
 			b.Decoding += im.booked.Decoding
+			b.FirstTokens = append(b.FirstTokens, im.firstTokens...)
+			b.Finished = append(b.Finished, im.finish...)
+			if im.writes.Tokens > 0 {
+				b.Writes = append(b.Writes, im.writes)
+			}
 			sum[w] = b
 		}
 	}

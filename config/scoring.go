@@ -61,6 +61,10 @@ type Scoring struct {
 	// EvictDuringWait discounts cached prefixes by what the queue ahead writes first
 	// (off by default: a positive feedback in deep queues, scoring README "Overload").
 	EvictDuringWait bool `mapstructure:"evict_during_wait"`
+	// PeerState counts peer replicas' requests that left a worker since its scrape and
+	// their cache writes there (off by default: herds within an exchange interval,
+	// scoring.Options.PeerState).
+	PeerState bool `mapstructure:"peer_state"`
 
 	Baselines ScoringBaselines `mapstructure:"baselines"`
 	Scrape    Scrape           `mapstructure:"scrape"`
@@ -117,7 +121,7 @@ func (s Scoring) Options() scoring.Options {
 		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, WriteHalfLife: s.WriteHalfLife, MaxTTFT: s.MaxTTFT,
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
-		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait,
+		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait, PeerState: s.PeerState,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,

@@ -13,12 +13,18 @@ import (
 )
 
 // benchSummary: 8 workers with open requests, each prefilling one new 4,000-token
-// prefix (250 blocks of 16 tokens).
+// prefix (250 blocks of 16 tokens), with 300,000 tokens of decayed writes and, within
+// the last router.LeftWindow (10 s), 20 first tokens and 20 finishes (2 req/s each).
 func benchSummary() *Summary {
-	s := &Summary{Replica: "kvroute-7d9f8c6b5-x2kq9-1a2b3c", Incarnation: 1 << 62, Seq: 123456, Sent: time.Now()}
+	now := time.Now()
+	s := &Summary{Replica: "kvroute-7d9f8c6b5-x2kq9-1a2b3c", Incarnation: 1 << 62, Seq: 123456, Sent: now}
 	for w := 0; w < 8; w++ {
-		ws := WorkerSummary{Worker: fmt.Sprintf("vllm-%d", w), OldestPrefill: time.Now(),
-			Booked: scoring.Booked{Requests: 12, Prefilling: 3, PrefillTokens: 12000, Decoding: 9}}
+		ws := WorkerSummary{Worker: fmt.Sprintf("vllm-%d", w), OldestPrefill: now,
+			Booked: scoring.Booked{Requests: 12, Prefilling: 3, PrefillTokens: 12000, Decoding: 9}, Writes: 300000}
+		for i := 20; i > 0; i-- {
+			ws.FirstTokens = append(ws.FirstTokens, now.Add(-time.Duration(i)*500*time.Millisecond+100*time.Millisecond))
+			ws.Finished = append(ws.Finished, now.Add(-time.Duration(i)*500*time.Millisecond))
+		}
 		for k := 0; k < 250; k++ {
 			ws.Keys = append(ws.Keys, kvindex.Key(uint64(w)<<32|uint64(k)*0x9e3779b97f4a7c15))
 		}

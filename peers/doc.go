@@ -17,10 +17,17 @@
 // worker with open requests: booked requests, prefilling requests, booked prefill
 // tokens, the start of the oldest prefilling request, decoding requests, and the block
 // keys being prefilled (the speculative index entries this replica's prefilling
-// requests created there; at most MaxKeysPerWorker per worker). A receiver adds the
-// bookings to each worker's scoring.Booked (router.SetPeerBookings, summed over peers)
-// and books the keys as speculative index entries (kvindex Book, withdrawn when the
-// peer goes away). The scraped vLLM load stays the ground truth that corrects drift:
+// requests created there; at most MaxKeysPerWorker per worker), and (wire version 2)
+// the sender's decayed cache writes to the worker (its policy's scoring.WriteSharer)
+// and the times its requests there got their first token or finished in the last
+// router.LeftWindow (at most router.MaxLeftEvents each). A receiver adds the
+// bookings to each worker's scoring.Booked (router.SetPeerBookings, summed over peers),
+// books the keys as speculative index entries (kvindex Book, withdrawn when the
+// peer goes away), and hands the writes and times to the router, which gives each
+// pick the peers' writes decayed to its time (Candidate.PeerWrites) and their
+// requests that left the worker after its scrape (Candidate.PeerLeft): a scrape
+// still counts those waiting or running. The policy counts both with
+// scoring.peer_state only (off by default; BENCHMARKS.md "Replicas"). The scraped vLLM load stays the ground truth that corrects drift:
 // imported bookings only add to booked load, and a summary replaces the previous one
 // from the same peer (no deltas to lose).
 //
@@ -59,15 +66,16 @@
 // # Bounds
 //
 // The gRPC server bounds a message's size before reading it (MaxMessageBytes); the
-// decoder checks every count against its limit (MaxWorkers, MaxKeysPerWorker, 253-byte
-// names) and against the bytes left before allocating; at most MaxPeers peer states
+// decoder checks every count against its limit (MaxWorkers, MaxKeysPerWorker,
+// MaxEventsPerWorker, 253-byte names) and against the bytes left before allocating; at most MaxPeers peer states
 // and 2×MaxPeers inbound streams are held. A malformed summary ends its stream
 // (InvalidArgument) and drops that peer's state; the sender reconnects with backoff.
 // A sender whose summary would exceed MaxMessageBytes halves its key lists until it fits.
 //
 // # Cost
 //
-// A summary is about 10 + 20 bytes per worker with open requests + 8 bytes per block
-// key being prefilled; a replica sends it to N−1 peers at most 40 times a second.
+// A summary is about 10 + 20 bytes per worker with open requests or recent writes + 8
+// bytes per block key being prefilled + 1–3 bytes per first-token or finish time of
+// the last 10 s; a replica sends it to N−1 peers at most 40 times a second.
 // Memory per peer: the last summary's bookings per worker and its key set.
 package peers

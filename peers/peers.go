@@ -51,7 +51,7 @@ const (
 type Local interface {
 	Changes() uint64
 	LocalBookings(maxKeys int) []router.WorkerBookings
-	SetPeerBookings(map[string]scoring.Booked)
+	SetPeerBookings(map[string]router.PeerWorker)
 }
 
 // Index is where peers' block keys being prefilled become speculative entries;
@@ -134,8 +134,10 @@ type peerState struct {
 
 // imported is what one peer reported for one worker.
 type imported struct {
-	booked scoring.Booked
-	oldest time.Time
+	booked              scoring.Booked
+	oldest              time.Time
+	firstTokens, finish []time.Time
+	writes              router.PeerWrites
 	KeyImport
 }
 
@@ -370,10 +372,11 @@ func (m *Manager) build(now time.Time) {
 		Workers: make([]WorkerSummary, len(local))}
 	keys := 0
 	for i, l := range local {
-		s.Workers[i] = WorkerSummary{Worker: l.Worker, Booked: l.Booked, OldestPrefill: l.OldestPrefill, Keys: l.Keys}
+		s.Workers[i] = WorkerSummary{Worker: l.Worker, Booked: l.Booked, OldestPrefill: l.OldestPrefill, Keys: l.Keys,
+			Writes: l.Writes, FirstTokens: l.FirstTokens, Finished: l.Finished}
 		keys += len(l.Keys)
 	}
-	b := encode(make([]byte, 0, 64+len(local)*48+keys*8), s)
+	b := encode(make([]byte, 0, 64+len(local)*56+keys*8), s)
 	for len(b) > m.o.MaxMessageBytes && keys > 0 {
 		// Too large: halve every worker's keys (the prefix's first blocks matter most).
 		keys = 0
@@ -555,6 +558,8 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 			p.workers[ws.Worker] = im
 		}
 		im.booked, im.oldest = ws.Booked, ws.OldestPrefill
+		im.firstTokens, im.finish = ws.FirstTokens, ws.Finished
+		im.writes = router.PeerWrites{Tokens: ws.Writes, At: s.Sent}
 		p.total.Requests += ws.Booked.Requests
 		p.total.Prefilling += ws.Booked.Prefilling
 		p.total.PrefillTokens += ws.Booked.PrefillTokens
@@ -630,7 +635,7 @@ func (m *Manager) expire(now time.Time) {
 
 // publishLocked hands the sum of every peer's bookings per worker to the router.
 func (m *Manager) publishLocked() {
-	sum := map[string]scoring.Booked{}
+	sum := map[string]router.PeerWorker{}
 	total := 0
 	for _, p := range m.peers {
 		for name, im := range p.workers {
@@ -639,6 +644,11 @@ func (m *Manager) publishLocked() {
 			b.Prefilling += im.booked.Prefilling
 			b.PrefillTokens += im.booked.PrefillTokens
 			b.Decoding += im.booked.Decoding
+			b.FirstTokens = append(b.FirstTokens, im.firstTokens...)
+			b.Finished = append(b.Finished, im.finish...)
+			if im.writes.Tokens > 0 {
+				b.Writes = append(b.Writes, im.writes)
+			}
 			sum[name] = b
 			total += im.booked.Requests
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/workers"
 )
@@ -236,4 +237,29 @@ func TestSelfTargetStops(t *testing.T) {
 	if v := a.m.Snapshot(); len(v.Peers) != 0 {
 		t.Fatalf("a holds itself as a peer: %+v", v.Peers)
 	}
+}
+
+// A peer's first-token and finish times reach the receiver (millisecond precision),
+// merged per worker with its bookings.
+func TestLeftTimesReachPeers(t *testing.T) {
+	a := startReplica(t, "a", 5*time.Second)
+	b := startReplica(t, "b", 5*time.Second)
+	a.peer(b.addr)
+	b.peer(a.addr)
+	tk, err := a.r.Pick(context.Background(), prompt(320), router.PickOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := time.Now().Truncate(time.Millisecond)
+	tk.FirstToken(first)
+	waitFor(t, "b sees a's first token", func() bool {
+		pb := b.r.PeerBookings()[tk.Worker]
+		return pb.Decoding == 1 && len(pb.FirstTokens) == 1 && pb.FirstTokens[0].Equal(first)
+	})
+	tk.Done(200, response.Usage{}, time.Time{})
+	waitFor(t, "b sees a's finish", func() bool {
+		pb := b.r.PeerBookings()[tk.Worker]
+		return pb.Requests == 0 && len(pb.FirstTokens) == 1 && len(pb.Finished) == 1 &&
+			!pb.Finished[0].Before(first) && pb.Finished[0].Sub(first) < time.Minute
+	})
 }

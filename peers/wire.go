@@ -4,14 +4,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
 )
 
 // wireVersion is the first byte of every summary; a receiver drops other versions.
-const wireVersion = 1
+const wireVersion = 2
 
 // Limits bound what a decoder accepts; every count is checked against them and against
 // the bytes left before anything is allocated.
@@ -19,6 +21,9 @@ type Limits struct {
 	MaxWorkers       int // workers per summary
 	MaxKeysPerWorker int // block keys per worker
 	MaxNameBytes     int // replica id and worker name length, bytes
+	// MaxEventsPerWorker bounds each of a worker's first-token and finish time lists;
+	// 0 means router.MaxLeftEvents.
+	MaxEventsPerWorker int
 }
 
 // Summary is one replica's in-flight state, the message peers exchange. A summary is
@@ -37,13 +42,25 @@ type WorkerSummary struct {
 	Booked        scoring.Booked
 	OldestPrefill time.Time     // start of its oldest still-prefilling request; zero none
 	Keys          []kvindex.Key // block keys being prefilled (speculative entries it created)
+	// Writes is the sender's policy's decayed cache writes to the worker as of Sent,
+	// tokens (router.WorkerBookings.Writes; whole tokens on the wire).
+	Writes float64
+	// FirstTokens and Finished are when the sender's requests on the worker left its
+	// waiting queue / running set (router.WorkerBookings), ascending, millisecond
+	// resolution, none after Sent.
+	FirstTokens, Finished []time.Time
 }
 
 // Encoding (all integers unsigned varints unless said otherwise):
 //
-//	version(1 byte) len(replica) replica incarnation seq sent_unix_ms n_workers
+//	version(1 byte, 2) len(replica) replica incarnation seq sent_unix_ms n_workers
 //	n_workers × { len(name) name requests prefilling prefill_tokens decoding
-//	              oldest_prefill_unix_ms(0 none) n_keys n_keys × key(8 bytes little endian) }
+//	              oldest_prefill_unix_ms(0 none) n_keys n_keys × key(8 bytes little endian)
+//	              writes_tokens n_first n_first × ms_before_sent
+//	              n_finished n_finished × ms_before_sent }
+//
+// Version 2 added writes and the first-token / finish times (ms before sent_unix_ms,
+// so a time costs 1–3 bytes); a version-1 summary is dropped as unknown.
 
 // encode appends s's encoding to dst.
 func encode(dst []byte, s *Summary) []byte {
@@ -64,6 +81,19 @@ func encode(dst []byte, s *Summary) []byte {
 		for _, k := range w.Keys {
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(k))
 		}
+		dst = binary.AppendUvarint(dst, uint64(math.Round(min(max(w.Writes, 0), maxCount))))
+		dst = appendTimes(dst, w.FirstTokens, s.Sent)
+		dst = appendTimes(dst, w.Finished, s.Sent)
+	}
+	return dst
+}
+
+// appendTimes appends n and each time as milliseconds before sent (0 for a time at or
+// after sent, or for a zero sent).
+func appendTimes(dst []byte, ts []time.Time, sent time.Time) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ts)))
+	for _, t := range ts {
+		dst = binary.AppendUvarint(dst, uint64(max(sent.Sub(t).Milliseconds(), 0)))
 	}
 	return dst
 }
@@ -125,6 +155,33 @@ func (r *reader) str(what string, limit int) string {
 	return s
 }
 
+// times reads a count (≤ limit, and ≤ the bytes left: a time takes at least one) and
+// that many times as milliseconds before sent; nil for none.
+func (r *reader) times(what string, limit int, sent time.Time) []time.Time {
+	if limit <= 0 {
+		limit = router.MaxLeftEvents
+	}
+	n := r.uvarint(what, uint64(limit))
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.fail("%s: %d in %d bytes", what, n, len(r.b))
+	}
+	if r.err != nil || n == 0 {
+		return nil
+	}
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = sent.Add(-time.Duration(r.uvarint(what, maxAgeMs)) * time.Millisecond)
+	}
+	if r.err != nil {
+		return nil
+	}
+	return out
+}
+
+// maxAgeMs bounds a time's milliseconds before sent (about 35 years: no overflow of a
+// time.Duration).
+const maxAgeMs = 1 << 40
+
 // maxCount bounds the booked counts (requests, tokens) a summary may carry.
 const maxCount = 1 << 40
 
@@ -176,6 +233,12 @@ func decode(b []byte, lim Limits) (*Summary, error) {
 				w.Keys[j] = kvindex.Key(binary.LittleEndian.Uint64(r.b[8*j:]))
 			}
 			r.b = r.b[8*nk:]
+		}
+		w.Writes = float64(r.uvarint("writes", maxCount))
+		w.FirstTokens = r.times("first_tokens", lim.MaxEventsPerWorker, s.Sent)
+		w.Finished = r.times("finished", lim.MaxEventsPerWorker, s.Sent)
+		if r.err != nil {
+			return nil, r.err
 		}
 	}
 	if len(r.b) != 0 {

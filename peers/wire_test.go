@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -16,7 +17,9 @@ func sampleSummary() *Summary {
 	return &Summary{Replica: "r1", Incarnation: 7, Seq: 42, Sent: time.UnixMilli(1_700_000_000_123),
 		Workers: []WorkerSummary{
 			{Worker: "w0", Booked: scoring.Booked{Requests: 3, Prefilling: 2, PrefillTokens: 4000, Decoding: 1},
-				OldestPrefill: time.UnixMilli(1_700_000_000_000), Keys: []kvindex.Key{1, 2, 1<<64 - 1}},
+				OldestPrefill: time.UnixMilli(1_700_000_000_000), Keys: []kvindex.Key{1, 2, 1<<64 - 1},
+				Writes: 12345, FirstTokens: []time.Time{time.UnixMilli(1_699_999_999_000), time.UnixMilli(1_700_000_000_100)},
+				Finished: []time.Time{time.UnixMilli(1_700_000_000_123)}},
 			{Worker: "w1", Booked: scoring.Booked{Requests: 1, Decoding: 1}},
 		}}
 }
@@ -45,9 +48,15 @@ func TestDecodeRejectsBeforeAllocating(t *testing.T) {
 	// A summary claiming 16 workers in a handful of bytes: rejected by the bytes left.
 	lying := encode(nil, &Summary{Replica: "r", Seq: 1})
 	lying[len(lying)-1] = 16
-	// A worker claiming 60 keys with none following.
+	// A worker claiming 60 keys with none following (its last 4 bytes: n_keys, writes,
+	// n_first, n_finished).
 	lyingKeys := encode(nil, &Summary{Replica: "r", Seq: 1, Workers: []WorkerSummary{{Worker: "w"}}})
-	lyingKeys[len(lyingKeys)-1] = 60
+	lyingKeys[len(lyingKeys)-4] = 60
+	// A worker claiming 60 finish times with none following.
+	lyingEvents := encode(nil, &Summary{Replica: "r", Seq: 1, Workers: []WorkerSummary{{Worker: "w"}}})
+	lyingEvents[len(lyingEvents)-1] = 60
+	tooManyEvents := sampleSummary()
+	tooManyEvents.Workers[1].FirstTokens = make([]time.Time, router.MaxLeftEvents+1)
 	for name, b := range map[string][]byte{
 		"empty":            nil,
 		"version":          append([]byte{9}, good[1:]...),
@@ -57,6 +66,9 @@ func TestDecodeRejectsBeforeAllocating(t *testing.T) {
 		"too many workers": encode(nil, tooManyWorkers),
 		"workers vs bytes": lying,
 		"keys vs bytes":    lyingKeys,
+		"events vs bytes":  lyingEvents,
+		"too many events":  encode(nil, tooManyEvents),
+		"version 1":        append([]byte{1}, good[1:]...),
 		"no replica":       encode(nil, &Summary{Seq: 1}),
 	} {
 		if _, err := decode(b, testLimits); !errors.Is(err, errMalformed) {
@@ -68,7 +80,7 @@ func TestDecodeRejectsBeforeAllocating(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(encode(nil, sampleSummary()))
 	f.Add(encode(nil, &Summary{Replica: "r", Seq: 1}))
-	f.Add([]byte{1, 0})
+	f.Add([]byte{wireVersion, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decode(b, testLimits)
 		if err != nil {

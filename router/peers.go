@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"time"
 
 	"github.com/kvroute/kvroute/kvindex"
@@ -19,12 +20,88 @@ type WorkerBookings struct {
 	// this replica's prefilling requests on Worker, deduplicated, at most the maxKeys
 	// given to LocalBookings.
 	Keys []kvindex.Key
+	// FirstTokens and Finished are when this replica's requests on Worker left the
+	// engine's waiting queue (first token, or ended before it) and its running set
+	// (ended after the first token), ascending, the last MaxLeftEvents of each within
+	// LeftWindow. A receiver's scrape taken before them still counts those requests
+	// waiting / running although no replica books them so any more
+	// (scoring.Candidate.PeerLeft).
+	FirstTokens, Finished []time.Time
+	// Writes is this replica's policy's decayed cache writes to Worker at WritesAt,
+	// tokens (scoring.WriteSharer; 0 when the policy keeps none).
+	Writes   float64
+	WritesAt time.Time
 }
 
-// SetPeerBookings replaces the bookings peer replicas hold, per worker name (summed
-// over peers); nil clears them. Every pick adds them to the candidate's own bookings
-// (Candidate.Booked). m must not be modified afterwards. Lock-free (an atomic store).
-func (r *Router) SetPeerBookings(m map[string]scoring.Booked) {
+// MaxLeftEvents bounds the first-token and finish times a replica keeps and reports per
+// worker (WorkerBookings.FirstTokens, Finished): more than a scrape interval's worth on
+// one worker at any realistic rate.
+const MaxLeftEvents = 128
+
+// LeftWindow is how far back LocalBookings reports those times: a scrape older than
+// this counts at most 0.5^5 at the default 2 s scoring.load_half_life.
+const LeftWindow = 10 * time.Second
+
+// PeerWorker is what peer replicas hold on one worker, summed over peers: their
+// bookings, and when their requests there left the waiting queue / running set
+// (WorkerBookings.FirstTokens, Finished, merged; any order).
+type PeerWorker struct {
+	scoring.Booked
+	FirstTokens, Finished []time.Time
+	// Writes are the peers' decayed cache writes to the worker, one per peer, each at
+	// the time it reported it (WorkerBookings.Writes, WritesAt).
+	Writes []PeerWrites
+}
+
+// PeerWrites is one peer's decayed cache writes to a worker, tokens, as of At.
+type PeerWrites struct {
+	Tokens float64
+	At     time.Time
+}
+
+// leftEvents are one worker's recent first-token and finish times (this replica's).
+type leftEvents struct{ first, finished timeRing }
+
+// timeRing keeps the last MaxLeftEvents times added, in the order added.
+type timeRing struct {
+	t    [MaxLeftEvents]time.Time
+	n    int
+	next int
+}
+
+func (r *timeRing) add(at time.Time) {
+	r.t[r.next] = at
+	r.next = (r.next + 1) % MaxLeftEvents
+	r.n = min(r.n+1, MaxLeftEvents)
+}
+
+// after returns the kept times after t, oldest first (nil none).
+func (r *timeRing) after(t time.Time) []time.Time {
+	var out []time.Time
+	for i := r.n; i >= 1; i-- {
+		if at := r.t[(r.next-i+MaxLeftEvents)%MaxLeftEvents]; at.After(t) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// countAfter counts the times in ts after t.
+func countAfter(ts []time.Time, t time.Time) int {
+	k := 0
+	for _, at := range ts {
+		if at.After(t) {
+			k++
+		}
+	}
+	return k
+}
+
+// SetPeerBookings replaces what peer replicas hold, per worker name (summed over
+// peers); nil clears it. Every pick adds their bookings to the candidate's own
+// (Candidate.Booked) and counts their requests that left the worker after its scrape
+// (Candidate.PeerLeft). m must not be modified afterwards. Lock-free (an atomic store).
+func (r *Router) SetPeerBookings(m map[string]PeerWorker) {
 	if len(m) == 0 {
 		r.peerBooked.Store(nil)
 	} else {
@@ -34,7 +111,7 @@ func (r *Router) SetPeerBookings(m map[string]scoring.Booked) {
 }
 
 // PeerBookings returns what SetPeerBookings last stored (nil none); not to be modified.
-func (r *Router) PeerBookings() map[string]scoring.Booked {
+func (r *Router) PeerBookings() map[string]PeerWorker {
 	if p := r.peerBooked.Load(); p != nil {
 		return *p
 	}
@@ -73,12 +150,20 @@ func (r *Router) LocalBookings(maxKeys int) []WorkerBookings {
 	r.mu.Lock()
 	out := make([]WorkerBookings, 0, len(r.flights))
 	at := make(map[string]int, len(r.flights))
+	now := r.opt.Now()
+	since := now.Add(-LeftWindow)
+	ws, _ := r.opt.Policy.(scoring.WriteSharer)
+	var names []string // flights with nothing else to report, for their writes
 	for name, f := range r.flights {
-		if f.booked.Requests <= 0 {
+		first, fin := f.left.first.after(since), f.left.finished.after(since)
+		if f.booked.Requests <= 0 && first == nil && fin == nil {
+			if ws != nil {
+				names = append(names, name)
+			}
 			continue
 		}
 		at[name] = len(out)
-		out = append(out, WorkerBookings{Worker: name, Booked: f.booked})
+		out = append(out, WorkerBookings{Worker: name, Booked: f.booked, FirstTokens: first, Finished: fin})
 	}
 	var pre []pending
 	for _, t := range r.tickets {
@@ -95,6 +180,17 @@ func (r *Router) LocalBookings(maxKeys int) []WorkerBookings {
 		pre = append(pre, pending{t, i})
 	}
 	r.mu.Unlock()
+	if ws != nil {
+		// Outside r.mu: the policy takes its own lock (Pick holds it under r.mu).
+		for i := range out {
+			out[i].Writes, out[i].WritesAt = ws.Writes(out[i].Worker, now), now
+		}
+		for _, name := range names {
+			if v := ws.Writes(name, now); v >= 1 {
+				out = append(out, WorkerBookings{Worker: name, Writes: v, WritesAt: now})
+			}
+		}
+	}
 	if maxKeys <= 0 {
 		return out
 	}
@@ -123,25 +219,55 @@ func (r *Router) LocalBookings(maxKeys int) []WorkerBookings {
 	return out
 }
 
-// bookedLocked is what a pick sees as worker name's bookings: this replica's own
-// plus the peers'. Caller holds r.mu (for the flight).
-func (r *Router) bookedLocked(name string) scoring.Booked {
-	var b scoring.Booked
-	if f := r.flights[name]; f != nil {
-		b = f.booked
+// bookedLocked sets what a pick sees as c's bookings: this replica's own plus the
+// peers', and the peers' requests that left c after its scrape. Caller holds r.mu (for
+// the flight).
+func (r *Router) bookedLocked(c *scoring.Candidate, now time.Time) {
+	c.Booked = scoring.Booked{}
+	if f := r.flights[c.Worker.Name]; f != nil {
+		c.Booked = f.booked
 	}
-	return addPeer(b, r.peerBooked.Load(), name)
+	addPeer(c, r.peerBooked.Load(), now, r.writeHalfLife())
 }
 
-func addPeer(b scoring.Booked, peers *map[string]scoring.Booked, name string) scoring.Booked {
+// writeHalfLife is the policy's write half-life (scoring.WriteSharer); 0 none.
+func (r *Router) writeHalfLife() time.Duration {
+	if ws, ok := r.opt.Policy.(scoring.WriteSharer); ok {
+		return ws.WriteHalfLife()
+	}
+	return 0
+}
+
+// addPeer adds the peers' bookings on c's worker to c.Booked, sets c.PeerLeft from
+// their first-token and finish times after c.Load.ScrapedAt, and c.PeerWrites from
+// their writes decayed to now.
+func addPeer(c *scoring.Candidate, peers *map[string]PeerWorker, now time.Time, halfLife time.Duration) {
+	c.PeerLeft, c.PeerWrites = scoring.Left{}, 0
 	if peers == nil {
-		return b
+		return
 	}
-	if p, ok := (*peers)[name]; ok {
-		b.Requests += p.Requests
-		b.PrefillTokens += p.PrefillTokens
-		b.Prefilling += p.Prefilling
-		b.Decoding += p.Decoding
+	p, ok := (*peers)[c.Worker.Name]
+	if !ok {
+		return
 	}
-	return b
+	b := &c.Booked
+	b.Requests += p.Requests
+	b.PrefillTokens += p.PrefillTokens
+	b.Prefilling += p.Prefilling
+	b.Decoding += p.Decoding
+	if !c.Load.ScrapedAt.IsZero() {
+		c.PeerLeft = scoring.Left{Waiting: countAfter(p.FirstTokens, c.Load.ScrapedAt), Running: countAfter(p.Finished, c.Load.ScrapedAt)}
+	}
+	c.PeerWrites = 0
+	for _, w := range p.Writes {
+		c.PeerWrites += w.Tokens * decay(now.Sub(w.At), halfLife)
+	}
+}
+
+// decay is 0.5^(age/halfLife); 1 for age ≤ 0 or halfLife ≤ 0.
+func decay(age, halfLife time.Duration) float64 {
+	if age <= 0 || halfLife <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(age) / float64(halfLife))
 }

@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"math"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,5 +60,70 @@ func TestLocalBookingsReportsKeysPerWorker(t *testing.T) {
 	}
 	if w := r.LocalBookings(3); len(w) != 2 || len(w[0].Keys) != 3 || len(w[1].Keys) != 3 {
 		t.Fatalf("maxKeys 3: %+v, want 3 keys on each worker", w)
+	}
+}
+
+// LocalBookings reports the times requests left the queue and the running set, and
+// the policy's decayed writes; SetPeerBookings turns a peer's into the candidate's
+// PeerLeft (times after its scrape) and PeerWrites (decayed to the pick).
+func TestPeerLeftAndWrites(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "w0", Address: "10.0.0.1:8000", Models: []string{"m"}}})
+	pol := scoring.NewPredictor(scoring.Options{WriteHalfLife: 10 * time.Second, ExploreFraction: -1}, false)
+	r := New(Options{Registry: reg, Index: kvindex.New(kvindex.Options{}), Policy: pol, Metrics: metrics.NewUnregistered(),
+		Models: []Model{{Name: "m", BlockSize: 16}}, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	a, err := r.Pick(ctx, promptOf(160, 1), PickOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Pick(ctx, promptOf(160, 2), PickOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.FirstToken(t0.Add(time.Second))
+	b.FirstToken(t0.Add(2 * time.Second))
+	now = t0.Add(3 * time.Second)
+	b.Done(200, response.Usage{}, now)
+	lb := r.LocalBookings(0)
+	if len(lb) != 1 {
+		t.Fatalf("LocalBookings: %+v, want w0", lb)
+	}
+	w := lb[0]
+	if want := []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second)}; !reflect.DeepEqual(w.FirstTokens, want) {
+		t.Errorf("FirstTokens %v, want %v", w.FirstTokens, want)
+	}
+	if want := []time.Time{now}; !reflect.DeepEqual(w.Finished, want) {
+		t.Errorf("Finished %v, want %v", w.Finished, want)
+	}
+	// 2 × 160 uncached tokens at t0, 3 s old at a 10 s half-life.
+	if want := 320 * math.Exp2(-0.3); math.Abs(w.Writes-want) > 1e-6 || !w.WritesAt.Equal(now) {
+		t.Errorf("Writes %v at %v, want %v at %v", w.Writes, w.WritesAt, want, now)
+	}
+	// Older than LeftWindow: no longer reported; the writes keep the worker listed.
+	a.Done(200, response.Usage{}, now)
+	now = t0.Add(LeftWindow + 4*time.Second)
+	if lb := r.LocalBookings(0); len(lb) != 1 || lb[0].FirstTokens != nil || lb[0].Finished != nil || lb[0].Writes < 1 {
+		t.Errorf("after LeftWindow: %+v, want w0 with its writes only", lb)
+	}
+
+	// The receiving side: a peer's times after the scrape count, those before do not.
+	reg.SetLoad("w0", workers.Load{Waiting: 3, ScrapedAt: t0.Add(1500 * time.Millisecond)})
+	r.SetPeerBookings(map[string]PeerWorker{"w0": {Booked: scoring.Booked{Requests: 1, Decoding: 1},
+		FirstTokens: []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second), t0.Add(3 * time.Second)},
+		Finished:    []time.Time{t0, t0.Add(2 * time.Second)},
+		Writes:      []PeerWrites{{Tokens: 1000, At: now.Add(-10 * time.Second)}, {Tokens: 500, At: now}}}})
+	ex, err := r.Explain(ctx, promptOf(160, 3), PickOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ex.Candidates[0]
+	if c.PeerLeft != (scoring.Left{Waiting: 2, Running: 1}) || c.Booked.Decoding != 1 {
+		t.Errorf("PeerLeft %+v booked %+v, want 2 waiting and 1 running left, 1 decoding", c.PeerLeft, c.Booked)
+	}
+	if math.Abs(c.PeerWrites-1000) > 1e-6 { // 1000 × ½ + 500
+		t.Errorf("PeerWrites %v, want 1000", c.PeerWrites)
 	}
 }

@@ -161,7 +161,7 @@ type Router struct {
 
 	// peerBooked is the bookings peer replicas hold per worker (SetPeerBookings);
 	// changes counts changes of this replica's own bookings (Changes).
-	peerBooked atomic.Pointer[map[string]scoring.Booked]
+	peerBooked atomic.Pointer[map[string]PeerWorker]
 	changes    atomic.Uint64
 	changed    chan struct{} // cap 1: signalled at each change (ChangeSignal)
 
@@ -198,6 +198,7 @@ var ErrWait = errors.New("router: the worker the request would be sent to is sat
 // which Pick corrects under mu).
 type flight struct {
 	booked             scoring.Booked
+	left               leftEvents // when this replica's requests here left the queue / finished
 	pub                [4]atomic.Int64
 	inFlight, inTokens prometheus.Gauge
 }
@@ -313,7 +314,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
-		cands[i].Booked = r.bookedLocked(cands[i].Worker.Name)
+		r.bookedLocked(&cands[i], in.Now)
 	}
 	if (opt.Wait || in.wait) && in.SLO > 0 && r.waitLocked(in, cands) {
 		r.mu.Unlock()
@@ -410,7 +411,7 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
-		cands[i].Booked = r.bookedLocked(cands[i].Worker.Name)
+		r.bookedLocked(&cands[i], in.Now)
 	}
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
@@ -593,13 +594,14 @@ func (r *Router) prepolicy(in *input, cands []scoring.Candidate) {
 	if !ok {
 		return
 	}
-	peers := r.peerBooked.Load()
+	peers, hl := r.peerBooked.Load(), r.writeHalfLife()
 	for i := range cands {
 		var b scoring.Booked
 		if v, ok := r.pub.Load(cands[i].Worker.Name); ok {
 			b = v.(*flight).snapshot()
 		}
-		cands[i].Booked = addPeer(b, peers, cands[i].Worker.Name)
+		cands[i].Booked = b
+		addPeer(&cands[i], peers, in.Now, hl)
 	}
 	sp.Prepare(&in.Input, cands)
 }
@@ -817,6 +819,7 @@ func (t *Ticket) FirstToken(at time.Time) {
 	t.firstAt = at
 	if f != nil {
 		t.bookLocked(f, 1) // as decoding
+		f.left.first.add(at)
 	}
 	r.mu.Unlock()
 	ttft := at.Sub(t.Start)
@@ -878,6 +881,13 @@ func (r *Router) releaseLocked(t *Ticket, o response.Outcome) {
 	delete(r.tickets, t.id)
 	if f := r.flights[t.on]; f != nil {
 		t.bookLocked(f, -1)
+		// It has left the engine: the waiting queue if it ended before its first
+		// token, the running set after.
+		if now := r.opt.Now(); t.firstAt.IsZero() {
+			f.left.first.add(now)
+		} else {
+			f.left.finished.add(now)
+		}
 	}
 }
 

@@ -86,7 +86,9 @@ func TestWaitOnlyWhenSaturatedByTokens(t *testing.T) {
 	}
 	onA.FirstToken(time.Time{})
 	r.mu.Lock()
-	after := r.bookedLocked("a")
+	c := scoring.Candidate{Worker: &workers.Worker{Name: "a"}}
+	r.bookedLocked(&c, time.Time{})
+	after := c.Booked
 	r.mu.Unlock()
 	if after.PrefillTokens != 80 || after.Decoding != 1 {
 		t.Fatalf("booked on a after a first token: %+v, want 80 prefill tokens, 1 decoding", after)

@@ -64,6 +64,29 @@ func (p *Predictor) newWorkerModel(pr prior) *workerModel {
 // Name implements Policy.
 func (p *Predictor) Name() string { return p.name }
 
+// Writes implements WriteSharer: the uncached prompt tokens this predictor routed to
+// worker, decayed by Options.WriteHalfLife to now (0 for a worker it never picked).
+func (p *Predictor) Writes(worker string, now time.Time) float64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if wm := p.workers[worker]; wm != nil {
+		return wm.writes.at(now, p.o.WriteHalfLife)
+	}
+	return 0
+}
+
+// peerWrites is c's peer writes counted by the policy: Candidate.PeerWrites with
+// Options.PeerState, else 0.
+func (p *Predictor) peerWrites(c *Candidate) float64 {
+	if !p.o.PeerState {
+		return 0
+	}
+	return max(c.PeerWrites, 0)
+}
+
+// WriteHalfLife implements WriteSharer (Options.WriteHalfLife).
+func (p *Predictor) WriteHalfLife() time.Duration { return p.o.WriteHalfLife }
+
 // Predict returns the prediction for one candidate with the worker's current factors.
 func (p *Predictor) Predict(in *Input, c *Candidate) Prediction {
 	p.mu.RLock()
@@ -94,6 +117,9 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 	fresh = wm == nil
 	theta := unitTheta
 	v := workerView{foreignTokens: float64(p.o.ForeignRequestTokens), backlog: -1}
+	if p.o.PeerState {
+		v.leftWaiting, v.leftRunning = max(c.PeerLeft.Waiting, 0), max(c.PeerLeft.Running, 0)
+	}
 	if p.learn {
 		theta = p.effective(wm, in.Now)
 	}
@@ -109,8 +135,8 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 			// prefill rate, and the recursion alone would call its queue empty).
 			v.backlog = max(v.backlog, float64(c.Booked.PrefillTokens)-head)
 		}
-		v.leftWaiting = wm.firstTokens.since(c.Load.ScrapedAt)
-		v.leftRunning = wm.finished.since(c.Load.ScrapedAt)
+		v.leftWaiting += wm.firstTokens.since(c.Load.ScrapedAt)
+		v.leftRunning += wm.finished.since(c.Load.ScrapedAt)
 	}
 	f, cached := features(&p.o, in, c, pr, v)
 	if st != nil {
@@ -130,11 +156,13 @@ func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) flo
 	for i := range cands {
 		if c := &cands[i]; c.Worker != nil {
 			if wm := p.workers[c.Worker.Name]; wm != nil {
+				// O/S from this replica's own picks (peers' served tokens are not
+				// shared; with peer_state their writes add to the work only).
 				w := wm.writes.at(in.Now, p.o.WriteHalfLife)
 				offered += w
 				served += wm.served.at(in.Now, p.o.WriteHalfLife)
 				if st[i].rate > 0 {
-					work += w / st[i].rate
+					work += (w + p.peerWrites(c)) / st[i].rate
 				}
 			}
 		}
@@ -172,8 +200,9 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 	p.mu.RLock()
 	for i := range cands {
 		if c := &cands[i]; c.Worker != nil {
+			writes[i] = p.peerWrites(c)
 			if wm := p.workers[c.Worker.Name]; wm != nil {
-				writes[i] = wm.writes.at(in.Now, p.o.WriteHalfLife)
+				writes[i] += wm.writes.at(in.Now, p.o.WriteHalfLife)
 			}
 		}
 	}

@@ -79,9 +79,10 @@ type workerView struct {
 	// backlog is the remaining prefill work of kvroute's booked requests on the worker,
 	// tokens (Lindley recursion, overload.go); < 0 unknown (booked tokens count in full).
 	backlog float64
-	// leftWaiting and leftRunning count our requests on the worker that got their first
-	// token / finished after its last scrape: the scrape still counts them waiting /
-	// running, but they are neither ours (no longer booked so) nor foreign.
+	// leftWaiting and leftRunning count our requests and peer replicas' (Candidate.PeerLeft)
+	// on the worker that got their first token / finished after its last scrape: the
+	// scrape still counts them waiting / running, but they are neither booked so nor
+	// foreign.
 	leftWaiting, leftRunning int
 }
 

@@ -111,3 +111,39 @@ func absDur(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// Peer replicas' requests that left the worker after its scrape (Candidate.PeerLeft)
+// are neither booked nor foreign with Options.PeerState; without it they count as
+// foreign waiting requests at F_w each.
+func TestPeerLeftNotForeign(t *testing.T) {
+	in := input(100)
+	c := cand("a", 0, 0)
+	c.Load = workers.Load{Waiting: 10, ScrapedAt: t0}
+	c.PeerLeft = Left{Waiting: 4}
+	off := NewPredictor(Options{Rand: seeded(1), ForeignRequestTokens: 1000}, true)
+	if q := off.Predict(in, &c).Queue; q != 2*time.Second { // 10 × 1000 tokens / 5000 tok/s
+		t.Fatalf("PeerState off: queue %v, want 2s", q)
+	}
+	on := NewPredictor(Options{Rand: seeded(1), ForeignRequestTokens: 1000, PeerState: true}, true)
+	if q := on.Predict(in, &c).Queue; q != 1200*time.Millisecond { // 6 foreign left
+		t.Fatalf("PeerState on: queue %v, want 1.2s (4 of 10 left)", q)
+	}
+}
+
+// Peer writes join the write tie-break with Options.PeerState: of two tied idle
+// workers, the one peers wrote less to wins; Writes reports the own writes alone.
+func TestPeerWritesBreakTies(t *testing.T) {
+	in := input(100)
+	a, b := cand("a", 0, 0), cand("b", 0, 0)
+	a.PeerWrites = 50000
+	on := NewPredictor(Options{Rand: seeded(1), PeerState: true, ExploreFraction: -1}, true)
+	if d := on.Pick(in, []Candidate{a, b}); d.Index != 1 {
+		t.Fatalf("PeerState on: picked %d, want 1 (fewer peer writes)", d.Index)
+	}
+	if w := on.Writes("b", t0); w != 100 {
+		t.Fatalf("own writes to b after the pick: %v, want 100 (uncached tokens)", w)
+	}
+	if w := on.Writes("a", t0); w != 0 {
+		t.Fatalf("own writes to a: %v, want 0", w)
+	}
+}

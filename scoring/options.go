@@ -75,6 +75,16 @@ type Options struct {
 	// evicted, routed cache-blind, recomputed, deepened the queues — a positive feedback
 	// (Zipf 1.2 at 4 req/s: p90 68 s with it, 3.6 s without; BENCHMARKS.md).
 	EvictDuringWait bool
+	// PeerState counts what peer replicas report of a worker's state besides their
+	// bookings: their requests that left it after its scrape (Candidate.PeerLeft) and
+	// their decayed cache writes to it (Candidate.PeerWrites, in the write tie-break
+	// and the offered utilization ρ). With an exchange that reaches the peers before
+	// the next pick, N replicas then decide as one (BENCHMARKS.md "Replicas"). Off by
+	// default: with the real exchange (up to an interval late) picks made within one
+	// interval all see the same state and pile onto the same worker, where replicas
+	// that each saw only their own writes spread by accident (Mooncake p90 3.55 s →
+	// 4.40 s with it).
+	PeerState bool
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.

@@ -29,6 +29,33 @@ type Candidate struct {
 	CachedTokens int
 	Booked       Booked
 	Load         workers.Load // the worker's own scraped view; zero ScrapedAt = unknown
+	// PeerLeft counts peer replicas' requests on the worker that left its waiting queue
+	// (first token) / running set (finished) after Load.ScrapedAt: the scrape still
+	// counts them, but they are neither booked so (Booked) nor foreign. The policy
+	// counts its own such requests itself.
+	PeerLeft Left
+	// PeerWrites is the peer replicas' decayed cache writes to the worker as of
+	// Input.Now, tokens (WriteSharer.Writes of each peer, decayed since it was
+	// reported): with it, a policy's writes and offered utilization describe the
+	// worker's whole load, not the share routed by this replica.
+	PeerWrites float64
+}
+
+// WriteSharer is a policy that keeps decayed cache writes per worker (uncached prompt
+// tokens routed there, each counting 0.5^(age/WriteHalfLife())): the router reports
+// them to peer replicas and hands theirs back in Candidate.PeerWrites.
+type WriteSharer interface {
+	// Writes returns this policy's decayed writes to worker as of now, tokens (0 unknown).
+	Writes(worker string, now time.Time) float64
+	// WriteHalfLife is the half-life the writes decay with (≤ 0: they do not).
+	WriteHalfLife() time.Duration
+}
+
+// Left counts requests that left a worker's waiting queue and running set after its
+// last scrape.
+type Left struct {
+	Waiting int `json:"waiting"` // got their first token (or ended before it)
+	Running int `json:"running"` // finished after their first token
 }
 
 // Input is the request as scoring sees it.

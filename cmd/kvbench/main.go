@@ -87,6 +87,8 @@ func run(args []string) error {
 	nreplicas := fs.Int("replicas", 1, "virtual: kvroute replicas, arrivals spread over them round robin (each its own index, bookings and policy state)")
 	blind := fs.Bool("blind", false, "virtual, --replicas > 1: replicas do not exchange bookings (peers empty)")
 	exDelay := fs.Duration("exchange-delay", 0, "virtual, --replicas > 1: transit time of a booking summary between replicas")
+	exSync := fs.Bool("exchange-sync", false, "virtual, --replicas > 1: also send each replica's summary to its peers at once after every pick (the ideal exchange)")
+	peerState := fs.Bool("peer-state", false, "virtual, --replicas > 1: the policies count peers' left requests and cache writes (scoring.peer_state)")
 	exInterval := fs.Duration("exchange-interval", 25*time.Millisecond, "virtual, --replicas > 1: coalescing period of the summaries (peers.interval)")
 	qos := fs.String("qos", "", fmt.Sprintf("virtual: QoS comparison instead of the policy runs, one of %v (kvroute's queue, admission.FairQueue, in virtual time); prints a table", bench.QoSScenarios))
 	qosShare := fs.Float64("qos-share", 0.9, "qos: share of requests from the flooding (flood) or high-priority (priority) tenant")
@@ -260,7 +262,8 @@ func run(args []string) error {
 					bar.Start(fmt.Sprintf("%s %s seed %d", a, p, sd))
 					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
 						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds,
-						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval})
+						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval,
+						ExchangeSync: *exSync, PeerState: *peerState})
 					if err != nil {
 						return err
 					}
