@@ -12,8 +12,13 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// wireVersion is the first byte of every summary; a receiver drops other versions.
-const wireVersion = 2
+// wireVersion is the first byte of every summary sent. A receiver decodes versions
+// minWireVersion..wireVersion (a version-1 sender, during a rolling upgrade, carries no
+// writes or first-token / finish times) and drops others.
+const (
+	wireVersion    = 2
+	minWireVersion = 1
+)
 
 // Limits bound what a decoder accepts; every count is checked against them and against
 // the bytes left before anything is allocated.
@@ -60,11 +65,16 @@ type WorkerSummary struct {
 //	              n_finished n_finished × ms_before_sent }
 //
 // Version 2 added writes and the first-token / finish times (ms before sent_unix_ms,
-// so a time costs 1–3 bytes); a version-1 summary is dropped as unknown.
+// so a time costs 1–3 bytes); a version-1 summary ends each worker after its keys and
+// still decodes (those fields empty), so replicas of both versions share bookings.
 
 // encode appends s's encoding to dst.
-func encode(dst []byte, s *Summary) []byte {
-	dst = append(dst, wireVersion)
+func encode(dst []byte, s *Summary) []byte { return encodeVersion(dst, s, wireVersion) }
+
+// encodeVersion appends s's encoding in the given wire version (1 omits the version-2
+// fields); the version-1 form exists for the mixed-version test.
+func encodeVersion(dst []byte, s *Summary, version byte) []byte {
+	dst = append(dst, version)
 	dst = appendString(dst, s.Replica)
 	dst = binary.AppendUvarint(dst, s.Incarnation)
 	dst = binary.AppendUvarint(dst, s.Seq)
@@ -80,6 +90,9 @@ func encode(dst []byte, s *Summary) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(w.Keys)))
 		for _, k := range w.Keys {
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(k))
+		}
+		if version < 2 {
+			continue
 		}
 		dst = binary.AppendUvarint(dst, uint64(math.Round(min(max(w.Writes, 0), maxCount))))
 		dst = appendTimes(dst, w.FirstTokens, s.Sent)
@@ -188,9 +201,10 @@ const maxCount = 1 << 40
 // decode parses one summary within lim. Every count is checked against its limit and
 // against the bytes left (a worker takes at least 8 bytes, a key 8) before allocating.
 func decode(b []byte, lim Limits) (*Summary, error) {
-	if len(b) == 0 || b[0] != wireVersion {
+	if len(b) == 0 || b[0] < minWireVersion || b[0] > wireVersion {
 		return nil, fmt.Errorf("%w: unknown version", errMalformed)
 	}
+	version := b[0]
 	r := &reader{b: b[1:]}
 	s := &Summary{}
 	s.Replica = r.str("replica", lim.MaxNameBytes)
@@ -233,6 +247,9 @@ func decode(b []byte, lim Limits) (*Summary, error) {
 				w.Keys[j] = kvindex.Key(binary.LittleEndian.Uint64(r.b[8*j:]))
 			}
 			r.b = r.b[8*nk:]
+		}
+		if version < 2 {
+			continue
 		}
 		w.Writes = float64(r.uvarint("writes", maxCount))
 		w.FirstTokens = r.times("first_tokens", lim.MaxEventsPerWorker, s.Sent)

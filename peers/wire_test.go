@@ -68,7 +68,7 @@ func TestDecodeRejectsBeforeAllocating(t *testing.T) {
 		"keys vs bytes":    lyingKeys,
 		"events vs bytes":  lyingEvents,
 		"too many events":  encode(nil, tooManyEvents),
-		"version 1":        append([]byte{1}, good[1:]...),
+		"v2 body as v1":    append([]byte{1}, good[1:]...),
 		"no replica":       encode(nil, &Summary{Seq: 1}),
 	} {
 		if _, err := decode(b, testLimits); !errors.Is(err, errMalformed) {
@@ -77,10 +77,28 @@ func TestDecodeRejectsBeforeAllocating(t *testing.T) {
 	}
 }
 
+// A version-1 sender (a replica not yet upgraded, during a rolling upgrade) still shares
+// its bookings and keys; the version-2 fields decode empty.
+func TestDecodeVersion1(t *testing.T) {
+	s := sampleSummary()
+	got, err := decode(encodeVersion(nil, s, 1), testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sampleSummary()
+	for i := range want.Workers {
+		want.Workers[i].Writes, want.Workers[i].FirstTokens, want.Workers[i].Finished = 0, nil, nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 1:\n got %+v\nwant %+v", got, want)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(encode(nil, sampleSummary()))
 	f.Add(encode(nil, &Summary{Replica: "r", Seq: 1}))
 	f.Add([]byte{wireVersion, 0})
+	f.Add(encodeVersion(nil, sampleSummary(), 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decode(b, testLimits)
 		if err != nil {
