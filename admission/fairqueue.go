@@ -36,8 +36,9 @@ type Entry struct {
 //  2. within it, when fair, the tenant with the smallest virtual token counter — the
 //     Virtual Token Counter (VTC) of Sheng et al., "Fairness in Serving Large Language
 //     Models", OSDI '24: every tenant's counter grows by the tokens served to it
-//     (Charge: kvroute charges the weighted prompt at dispatch and the output at
-//     settlement, in admission.weights' units), and a tenant that starts waiting is
+//     (Charge: kvroute charges the weighted prompt at dispatch, once the tenant's
+//     budget admitted it (Admitter.Admit), and the output at settlement, in
+//     admission.weights' units), and a tenant that starts waiting is
 //     lifted to at least the smallest counter among the tenants waiting (or, with
 //     nobody waiting, to the counter of the last tenant that stopped waiting), so idle
 //     time banks no credit (the paper's counter lift). Not fair: every tenant alike;

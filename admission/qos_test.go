@@ -288,3 +288,44 @@ func TestQueueHeadOfLineOtherModelGoesFirst(t *testing.T) {
 		t.Fatalf("head after a frees: %+v %v", r.p, r.err)
 	}
 }
+
+// A request the token budget refuses costs its tenant no fairness: Admit charges the
+// weighted prompt to the tenant's virtual token counter only when the reservation
+// succeeds, and aborts the refused ticket (the worker it booked is free again). Before
+// the fix the fronts called Pick (which charged the prompt) and then Reserve, so the
+// refused tenant's counter grew by its prompt (4 tokens here) and it lost its turns.
+func TestAdmitRefusedByBudgetChargesNoVTC(t *testing.T) {
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "a", Address: "10.0.0.1:8000", Models: []string{"m"}}})
+	ms := metrics.NewUnregistered()
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: scoringtest.Busy{},
+		Saturation: router.Saturation{MaxNumSeqs: 1}})
+	c := config.Default().Admission
+	c.Classes = []config.Class{interactive}
+	c.Tenants = []config.TenantLimits{{Name: "poor", Limits: config.Limits{TokensPerMinute: 1}}}
+	a, err := New(Options{Config: c, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.OnCapacity(a.Wake)
+	ctx := context.Background()
+	pk, g, err := a.Admit(ctx, rt, qreq(), router.PickOptions{}, Identity{Tenant: "poor"}, ClassInput{Tenant: "poor"})
+	var re *router.Error
+	if !errors.As(err, &re) || re.Status != http.StatusTooManyRequests || re.Details != "kvroute_admission_tokens" || pk.Ticket != nil || g != nil {
+		t.Fatalf("poor tenant: %+v %v %v, want a 429 kvroute_admission_tokens and no ticket", pk, g, err)
+	}
+	if n := a.queue.q.Counter("poor"); n != 0 {
+		t.Fatalf("refused tenant's VTC counter = %v, want 0", n)
+	}
+	// The refused ticket was aborted: the one worker (max_num_seqs 1) is not saturated,
+	// so the next request is dispatched without waiting, and charged its prompt.
+	pk, g, err = a.Admit(ctx, rt, qreq(), router.PickOptions{}, Identity{Tenant: "rich"}, ClassInput{Tenant: "rich"})
+	if err != nil || pk.Ticket == nil || g == nil || pk.Waited != 0 {
+		t.Fatalf("rich tenant: %+v %v %v, want dispatched at once", pk, g, err)
+	}
+	if n, want := a.queue.q.Counter("rich"), float64(a.cost(4, 0, 0)); n != want || want != 4 {
+		t.Fatalf("admitted tenant's VTC counter = %v, want %v (its 4-token prompt)", n, want)
+	}
+	g.Settle(response.Result{Outcome: response.OutcomeOK}, 0)
+	pk.Ticket.Abort()
+}
