@@ -336,6 +336,7 @@ func (q *Queue) wakeLocked() {
 		return
 	}
 	if e := q.q.Pop(); e != nil {
+		q.q.Hold(e) // its place in the limits stays taken while it picks
 		q.trying, q.again = true, false
 		q.depthLocked(e.Class)
 		e.Tag.(*waiter).ch <- ""
@@ -404,6 +405,7 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 			q.trying = false
 			if errors.Is(err, router.ErrWait) {
 				if !time.Now().Before(w.e.Deadline) {
+					q.q.Release(w.e)
 					if q.again {
 						q.q.Round()
 					}
@@ -421,6 +423,7 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 				q.mu.Unlock()
 				continue
 			}
+			q.q.Release(w.e)
 			if q.again {
 				q.q.Round()
 			}
@@ -434,6 +437,7 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 				q.armLocked()
 			} else if v := <-w.ch; v == "" {
 				// popped for its turn as the client left: pass the turn on
+				q.q.Release(w.e)
 				q.trying = false
 				q.wakeLocked()
 			}

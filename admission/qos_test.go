@@ -329,3 +329,92 @@ func TestAdmitRefusedByBudgetChargesNoVTC(t *testing.T) {
 	g.Settle(response.Result{Outcome: response.OutcomeOK}, 0)
 	pk.Ticket.Abort()
 }
+
+// A class's queue_limit holds while a popped entry is being tried: the request that
+// is picking (outside the queue's lock) keeps its place, so an arrival meanwhile is
+// refused queue_full instead of taking it, and the tried entry given back
+// (router.ErrWait) leaves the class at its limit. Before the fix the arrival was
+// queued and the given-back entry made the class 2 deep with queue_limit 1.
+func TestQueueLimitHoldsWhileAnEntryIsTried(t *testing.T) {
+	cls := config.Class{Name: "batch", QueueLimit: 1, MaxQueueTime: time.Hour}
+	cfg := config.Default().Admission
+	cfg.Classes = []config.Class{cls}
+	q := NewQueue(cfg, metrics.NewUnregistered().Admission, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	aDone := make(chan error, 1)
+	go func() {
+		first := true
+		_, err := q.wait(ctx, "x", &cls, func() (*router.Ticket, error) {
+			if first {
+				first = false
+				close(entered)
+				<-release
+			}
+			return nil, router.ErrWait
+		})
+		aDone <- err
+	}()
+	<-entered // A was popped and is picking: the class has 0 waiting, 1 held
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := q.wait(ctx, "y", &cls, func() (*router.Ticket, error) { return nil, router.ErrWait })
+		bDone <- err
+	}()
+	var bErr error
+	for done := false; !done; {
+		select {
+		case bErr = <-bDone:
+			done = true
+		default:
+			if q.Depths(cfg.Classes)["batch"] == 1 { // B was queued: the defect
+				done = true
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release) // A gets ErrWait and is given back
+	for q.Depths(cfg.Classes)["batch"] == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if d := q.Depths(cfg.Classes)["batch"]; d != 1 {
+		t.Fatalf("class depth %d after the tried entry was given back, want its queue_limit 1", d)
+	}
+	var re *queueRefusal
+	if !errors.As(bErr, &re) || re.reason != ReasonQueueFull {
+		t.Fatalf("arrival while the class's one entry was tried: %v, want %s", bErr, ReasonQueueFull)
+	}
+	cancel()
+	if err := <-aDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("A: %v, want context.Canceled", err)
+	}
+}
+
+// Hold counts a popped entry against its class's limit and the queue's size until it
+// is given back or released.
+func TestFairQueueHoldCountsAgainstLimits(t *testing.T) {
+	q := NewFairQueue(2, map[string]int{"c": 1, "d": 5}, true)
+	a := push(t, q, "x", "c", 0, 0)
+	if e := q.Pop(); e != a {
+		t.Fatalf("pop %v", e)
+	}
+	q.Hold(a)
+	if _, r := q.Push(&Entry{Tenant: "y", Class: "c"}, time.Unix(1, 0)); r != ReasonQueueFull {
+		t.Fatalf("class c with its one entry held: reason %q, want %s", r, ReasonQueueFull)
+	}
+	push(t, q, "y", "d", 0, time.Second)
+	if _, r := q.Push(&Entry{Tenant: "z", Class: "d"}, time.Unix(2, 0)); r != ReasonQueueFull {
+		t.Fatalf("queue of 2 with 1 waiting + 1 held: reason %q, want %s", r, ReasonQueueFull)
+	}
+	q.Refuse(a) // given back: 2 waiting, nothing held
+	if q.Len() != 2 || q.Depth("c") != 1 {
+		t.Fatalf("len %d depth(c) %d, want 2 and 1", q.Len(), q.Depth("c"))
+	}
+	e := q.Pop()
+	q.Hold(e)
+	q.Release(e) // dispatched: its place is free
+	if _, r := q.Push(&Entry{Tenant: "w", Class: e.Class}, time.Unix(3, 0)); r != "" {
+		t.Fatalf("after Release: reason %q, want admitted", r)
+	}
+}
