@@ -43,7 +43,6 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -132,7 +131,7 @@ func New(opt Options) http.Handler {
 	}
 	h := &handler{opt: opt, m: opt.Metrics.ExtProc, log: opt.Logger, paths: map[string]bool{}}
 	for _, p := range opt.Proxy.Paths {
-		h.paths[strings.TrimSuffix(p, "/")] = true
+		h.paths[p] = true // exact: /v1/chat/completions/ is another path (request.APIForPath)
 	}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
@@ -220,7 +219,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.rc, rec.writeTimeout = http.NewResponseController(w), h.opt.WriteTimeout
 		defer func() { _ = rec.rc.SetWriteDeadline(time.Time{}) }() // the next request on this connection starts fresh
 	}
-	if !h.paths[strings.TrimSuffix(r.URL.Path, "/")] {
+	if !h.paths[r.URL.Path] {
 		h.writeError(rec, api, &request.Error{Status: http.StatusNotFound, Type: "NotFoundError",
 			Message: "kvroute proxy: this path is not forwarded (proxy.paths)"})
 		return
