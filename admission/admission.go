@@ -67,7 +67,9 @@ func New(opt Options) (*Admitter, error) {
 	a.models = modelLimits(c.Tenants)
 	a.budget = newLocal("local")
 	if c.Backend == "redis" {
-		a.redis = newRedis(c.Redis, a.m)
+		if a.redis, err = newRedis(c.Redis, a.m); err != nil {
+			return nil, err
+		}
 		a.budget = a.redis
 	}
 	a.queue = NewQueue(c, a.m, true)

@@ -36,8 +36,9 @@ type Entry struct {
 //  2. within it, when fair, the tenant with the smallest virtual token counter — the
 //     Virtual Token Counter (VTC) of Sheng et al., "Fairness in Serving Large Language
 //     Models", OSDI '24: every tenant's counter grows by the tokens served to it
-//     (Charge: kvroute charges the weighted prompt at dispatch and the output at
-//     settlement, in admission.weights' units), and a tenant that starts waiting is
+//     (Charge: kvroute charges the weighted prompt at dispatch, once the tenant's
+//     budget admitted it (Admitter.Admit), and the output at settlement, in
+//     admission.weights' units), and a tenant that starts waiting is
 //     lifted to at least the smallest counter among the tenants waiting (or, with
 //     nobody waiting, to the counter of the last tenant that stopped waiting), so idle
 //     time banks no credit (the paper's counter lift). Not fair: every tenant alike;
@@ -63,6 +64,11 @@ type FairQueue struct {
 	refused  map[*Entry]bool
 	refusals int
 	scan     int
+
+	// held: entries popped and being tried (Hold), counted against the limits until
+	// given back or Released
+	held      map[*Entry]bool
+	heldClass map[string]int
 }
 
 // DefaultScan is how many entries a dispatch round tries that the router tells to
@@ -78,7 +84,8 @@ const maxCounters = 4096
 // a priority band).
 func NewFairQueue(size int, limit map[string]int, fair bool) *FairQueue {
 	return &FairQueue{fair: fair, max: max(size, 1), limit: limit, byClass: map[string]int{},
-		tenants: map[string][]*Entry{}, counter: map[string]float64{}, refused: map[*Entry]bool{}, scan: DefaultScan}
+		tenants: map[string][]*Entry{}, counter: map[string]float64{}, refused: map[*Entry]bool{}, scan: DefaultScan,
+		held: map[*Entry]bool{}, heldClass: map[string]int{}}
 }
 
 // SetScan sets how many refused entries end a dispatch round (≥ 1; DefaultScan).
@@ -102,6 +109,7 @@ func (q *FairQueue) Round() {
 // Refuse puts back an entry Pop returned that the router told to wait: it keeps its
 // place (as Requeue) and is skipped by Pop until the next Round.
 func (q *FairQueue) Refuse(e *Entry) {
+	q.unhold(e)
 	q.insert(e)
 	q.refused[e] = true
 	q.refusals++
@@ -165,12 +173,13 @@ func (q *FairQueue) pruneCounters() {
 // Push adds e, arriving at now, unless its class may not wait or is full (reason
 // ReasonQueueFull). When the whole queue is full, the latest arrival of the lowest
 // priority band below e's is shed to make room and returned (its waiter must be told
-// ReasonShed); with nothing lower, e is refused (ReasonQueueFull).
+// ReasonShed); with nothing lower, e is refused (ReasonQueueFull). Held entries
+// (Hold) count as waiting for both limits: given back, they would exceed them.
 func (q *FairQueue) Push(e *Entry, now time.Time) (shed *Entry, reason string) {
-	if q.byClass[e.Class] >= q.limit[e.Class] {
+	if q.byClass[e.Class]+q.heldClass[e.Class] >= q.limit[e.Class] {
 		return nil, ReasonQueueFull
 	}
-	if q.n >= q.max {
+	if q.n+len(q.held) >= q.max {
 		if shed = q.lowest(e.Priority); shed == nil {
 			return nil, ReasonQueueFull
 		}
@@ -184,8 +193,37 @@ func (q *FairQueue) Push(e *Entry, now time.Time) (shed *Entry, reason string) {
 
 // Requeue puts back an entry Pop returned whose dispatch found no capacity: it keeps
 // its arrival order and deadline, and is not counted against the limits again (it
-// held its place while being tried).
-func (q *FairQueue) Requeue(e *Entry) { q.insert(e) }
+// held its place while being tried: see Hold).
+func (q *FairQueue) Requeue(e *Entry) {
+	q.unhold(e)
+	q.insert(e)
+}
+
+// Hold keeps a popped entry's place in the limits while it is tried outside the
+// queue's lock (the live Queue): until it is given back (Refuse, Requeue) or Released
+// (dispatched, refused for good, its client gone), Push counts it against its class's
+// queue_limit and the queue's size, so giving it back never exceeds either. A caller
+// that gives an entry back before anything else is pushed (kvbench, in virtual time)
+// needs no Hold.
+func (q *FairQueue) Hold(e *Entry) {
+	if !q.held[e] {
+		q.held[e] = true
+		q.heldClass[e.Class]++
+	}
+}
+
+// Release ends e's Hold (no-op when not held).
+func (q *FairQueue) Release(e *Entry) { q.unhold(e) }
+
+func (q *FairQueue) unhold(e *Entry) {
+	if !q.held[e] {
+		return
+	}
+	delete(q.held, e)
+	if q.heldClass[e.Class]--; q.heldClass[e.Class] <= 0 {
+		delete(q.heldClass, e.Class)
+	}
+}
 
 func (q *FairQueue) insert(e *Entry) {
 	l, ok := q.tenants[e.Tenant]

@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -113,11 +114,45 @@ func (p Picked) Want(maxTokens int) Want {
 // *router.Error with x-kvroute-rejected-reason when the queue refuses it (full, shed
 // for higher priority, waited past max_queue_time); ctx's error when the client went
 // away while waiting (its entry is removed). A nil Admitter picks once, class default.
+// The picked request's weighted prompt is charged to its tenant's virtual token
+// counter (VTC) at once; a front that budgets calls Admit instead, which charges only
+// what the budget admits.
 //
 // 429 rather than 503 for every queue refusal: it is load, the client may retry after
 // Retry-After, and Envoy's default retry_on (5xx, reset) does not re-send it at once
 // into the same overload.
 func (a *Admitter) Pick(ctx context.Context, rt *router.Router, req *request.Request, po router.PickOptions, in ClassInput) (Picked, error) {
+	return a.pick(ctx, rt, req, po, in, nil)
+}
+
+// Admit is Pick then Reserve (for id, the picked ticket and req.MaxTokens) in one
+// dispatch: the reservation is made in the request's turn of the queue, before the
+// next waiter is tried, and the weighted prompt is charged to the tenant's virtual
+// token counter only when the budget admits the request — a refused request costs its
+// tenant no fairness. Errors: Pick's, and Reserve's 429 (or 503) *router.Error, after
+// which the ticket is aborted (OutcomeRejected) and Picked.Ticket is nil. On success
+// the Grant is to be settled exactly once (Grant); a nil Admitter picks once and
+// returns a nil Grant.
+func (a *Admitter) Admit(ctx context.Context, rt *router.Router, req *request.Request, po router.PickOptions, id Identity, in ClassInput) (Picked, *Grant, error) {
+	var g *Grant
+	pk, err := a.pick(ctx, rt, req, po, in, func(t *router.Ticket, cls *config.Class) error {
+		w := WantOf(t, req.MaxTokens)
+		w.Class = cls.Name
+		var err error
+		g, err = a.Reserve(id, w)
+		return err
+	})
+	if err != nil {
+		pk.Ticket = nil
+		return pk, nil, err
+	}
+	return pk, g, nil
+}
+
+// pick is Pick; reserve (nil: none) is called with each ticket the router books, and
+// an error from it aborts the ticket (OutcomeRejected) and ends the pick with it. The
+// VTC prompt charge follows a reservation that succeeded.
+func (a *Admitter) pick(ctx context.Context, rt *router.Router, req *request.Request, po router.PickOptions, in ClassInput, reserve func(*router.Ticket, *config.Class) error) (Picked, error) {
 	var cls *config.Class
 	var q *Queue
 	if a != nil {
@@ -132,10 +167,21 @@ func (a *Admitter) Pick(ctx context.Context, rt *router.Router, req *request.Req
 	}
 	pick := func() (*router.Ticket, error) {
 		t, err := rt.Pick(ctx, req, po)
-		if err == nil && a != nil {
-			q.charge(in.Tenant, float64(a.cost(t.PromptTokens-t.CachedTokens, t.CachedTokens, 0)))
+		if err != nil || a == nil {
+			return t, err
 		}
-		return t, err
+		if reserve != nil {
+			c := cls
+			if c == nil {
+				c = a.Classify(in)
+			}
+			if err := reserve(t, c); err != nil {
+				t.AbortWith(response.OutcomeRejected)
+				return nil, err
+			}
+		}
+		q.charge(in.Tenant, float64(a.cost(t.PromptTokens-t.CachedTokens, t.CachedTokens, 0)))
+		return t, nil
 	}
 	t, err := pick()
 	if cls == nil { // refused before classification (unknown model, no worker)
@@ -290,6 +336,7 @@ func (q *Queue) wakeLocked() {
 		return
 	}
 	if e := q.q.Pop(); e != nil {
+		q.q.Hold(e) // its place in the limits stays taken while it picks
 		q.trying, q.again = true, false
 		q.depthLocked(e.Class)
 		e.Tag.(*waiter).ch <- ""
@@ -358,6 +405,7 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 			q.trying = false
 			if errors.Is(err, router.ErrWait) {
 				if !time.Now().Before(w.e.Deadline) {
+					q.q.Release(w.e)
 					if q.again {
 						q.q.Round()
 					}
@@ -375,6 +423,7 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 				q.mu.Unlock()
 				continue
 			}
+			q.q.Release(w.e)
 			if q.again {
 				q.q.Round()
 			}
@@ -388,6 +437,7 @@ func (q *Queue) wait(ctx context.Context, tenant string, c *config.Class, pick f
 				q.armLocked()
 			} else if v := <-w.ch; v == "" {
 				// popped for its turn as the client left: pass the turn on
+				q.q.Release(w.e)
 				q.trying = false
 				q.wakeLocked()
 			}

@@ -288,3 +288,133 @@ func TestQueueHeadOfLineOtherModelGoesFirst(t *testing.T) {
 		t.Fatalf("head after a frees: %+v %v", r.p, r.err)
 	}
 }
+
+// A request the token budget refuses costs its tenant no fairness: Admit charges the
+// weighted prompt to the tenant's virtual token counter only when the reservation
+// succeeds, and aborts the refused ticket (the worker it booked is free again). Before
+// the fix the fronts called Pick (which charged the prompt) and then Reserve, so the
+// refused tenant's counter grew by its prompt (4 tokens here) and it lost its turns.
+func TestAdmitRefusedByBudgetChargesNoVTC(t *testing.T) {
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "a", Address: "10.0.0.1:8000", Models: []string{"m"}}})
+	ms := metrics.NewUnregistered()
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: scoringtest.Busy{},
+		Saturation: router.Saturation{MaxNumSeqs: 1}})
+	c := config.Default().Admission
+	c.Classes = []config.Class{interactive}
+	c.Tenants = []config.TenantLimits{{Name: "poor", Limits: config.Limits{TokensPerMinute: 1}}}
+	a, err := New(Options{Config: c, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.OnCapacity(a.Wake)
+	ctx := context.Background()
+	pk, g, err := a.Admit(ctx, rt, qreq(), router.PickOptions{}, Identity{Tenant: "poor"}, ClassInput{Tenant: "poor"})
+	var re *router.Error
+	if !errors.As(err, &re) || re.Status != http.StatusTooManyRequests || re.Details != "kvroute_admission_tokens" || pk.Ticket != nil || g != nil {
+		t.Fatalf("poor tenant: %+v %v %v, want a 429 kvroute_admission_tokens and no ticket", pk, g, err)
+	}
+	if n := a.queue.q.Counter("poor"); n != 0 {
+		t.Fatalf("refused tenant's VTC counter = %v, want 0", n)
+	}
+	// The refused ticket was aborted: the one worker (max_num_seqs 1) is not saturated,
+	// so the next request is dispatched without waiting, and charged its prompt.
+	pk, g, err = a.Admit(ctx, rt, qreq(), router.PickOptions{}, Identity{Tenant: "rich"}, ClassInput{Tenant: "rich"})
+	if err != nil || pk.Ticket == nil || g == nil || pk.Waited != 0 {
+		t.Fatalf("rich tenant: %+v %v %v, want dispatched at once", pk, g, err)
+	}
+	if n, want := a.queue.q.Counter("rich"), float64(a.cost(4, 0, 0)); n != want || want != 4 {
+		t.Fatalf("admitted tenant's VTC counter = %v, want %v (its 4-token prompt)", n, want)
+	}
+	g.Settle(response.Result{Outcome: response.OutcomeOK}, 0)
+	pk.Ticket.Abort()
+}
+
+// A class's queue_limit holds while a popped entry is being tried: the request that
+// is picking (outside the queue's lock) keeps its place, so an arrival meanwhile is
+// refused queue_full instead of taking it, and the tried entry given back
+// (router.ErrWait) leaves the class at its limit. Before the fix the arrival was
+// queued and the given-back entry made the class 2 deep with queue_limit 1.
+func TestQueueLimitHoldsWhileAnEntryIsTried(t *testing.T) {
+	cls := config.Class{Name: "batch", QueueLimit: 1, MaxQueueTime: time.Hour}
+	cfg := config.Default().Admission
+	cfg.Classes = []config.Class{cls}
+	q := NewQueue(cfg, metrics.NewUnregistered().Admission, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	aDone := make(chan error, 1)
+	go func() {
+		first := true
+		_, err := q.wait(ctx, "x", &cls, func() (*router.Ticket, error) {
+			if first {
+				first = false
+				close(entered)
+				<-release
+			}
+			return nil, router.ErrWait
+		})
+		aDone <- err
+	}()
+	<-entered // A was popped and is picking: the class has 0 waiting, 1 held
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := q.wait(ctx, "y", &cls, func() (*router.Ticket, error) { return nil, router.ErrWait })
+		bDone <- err
+	}()
+	var bErr error
+	for done := false; !done; {
+		select {
+		case bErr = <-bDone:
+			done = true
+		default:
+			if q.Depths(cfg.Classes)["batch"] == 1 { // B was queued: the defect
+				done = true
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release) // A gets ErrWait and is given back
+	for q.Depths(cfg.Classes)["batch"] == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if d := q.Depths(cfg.Classes)["batch"]; d != 1 {
+		t.Fatalf("class depth %d after the tried entry was given back, want its queue_limit 1", d)
+	}
+	var re *queueRefusal
+	if !errors.As(bErr, &re) || re.reason != ReasonQueueFull {
+		t.Fatalf("arrival while the class's one entry was tried: %v, want %s", bErr, ReasonQueueFull)
+	}
+	cancel()
+	if err := <-aDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("A: %v, want context.Canceled", err)
+	}
+}
+
+// Hold counts a popped entry against its class's limit and the queue's size until it
+// is given back or released.
+func TestFairQueueHoldCountsAgainstLimits(t *testing.T) {
+	q := NewFairQueue(2, map[string]int{"c": 1, "d": 5}, true)
+	a := push(t, q, "x", "c", 0, 0)
+	if e := q.Pop(); e != a {
+		t.Fatalf("pop %v", e)
+	}
+	q.Hold(a)
+	if _, r := q.Push(&Entry{Tenant: "y", Class: "c"}, time.Unix(1, 0)); r != ReasonQueueFull {
+		t.Fatalf("class c with its one entry held: reason %q, want %s", r, ReasonQueueFull)
+	}
+	push(t, q, "y", "d", 0, time.Second)
+	if _, r := q.Push(&Entry{Tenant: "z", Class: "d"}, time.Unix(2, 0)); r != ReasonQueueFull {
+		t.Fatalf("queue of 2 with 1 waiting + 1 held: reason %q, want %s", r, ReasonQueueFull)
+	}
+	q.Refuse(a) // given back: 2 waiting, nothing held
+	if q.Len() != 2 || q.Depth("c") != 1 {
+		t.Fatalf("len %d depth(c) %d, want 2 and 1", q.Len(), q.Depth("c"))
+	}
+	e := q.Pop()
+	q.Hold(e)
+	q.Release(e) // dispatched: its place is free
+	if _, r := q.Push(&Entry{Tenant: "w", Class: e.Class}, time.Unix(3, 0)); r != "" {
+		t.Fatalf("after Release: reason %q, want admitted", r)
+	}
+}

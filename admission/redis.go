@@ -3,8 +3,11 @@ package admission
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -102,10 +105,44 @@ type redisBackend struct {
 // maxSeen bounds the tenants /debug/admission reads back from Redis.
 const maxSeen = 256
 
-func newRedis(cfg config.RedisBudget, m *metrics.Admission) *redisBackend {
-	c := redis.NewClient(&redis.Options{Addr: cfg.Addr, DB: cfg.DB, DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout,
+func newRedis(cfg config.RedisBudget, m *metrics.Admission) (*redisBackend, error) {
+	tc, err := RedisTLSConfig(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: cfg.Addr, DB: cfg.DB, Username: cfg.Username, Password: cfg.Password, TLSConfig: tc,
+		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout,
 		WriteTimeout: cfg.Timeout, PoolTimeout: cfg.Timeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
-	return &redisBackend{c: c, cfg: cfg, m: m, fallback: newLocal("local_fallback"), seen: map[string]config.Limits{}}
+	return &redisBackend{c: c, cfg: cfg, m: m, fallback: newLocal("local_fallback"), seen: map[string]config.Limits{}}, nil
+}
+
+// RedisTLSConfig is the client TLS configuration of t; nil when TLS is off. Errors
+// name the key: a CA file that cannot be read or holds no PEM certificate, a client
+// certificate pair that does not load. TLS 1.2 at least.
+func RedisTLSConfig(t config.RedisTLS) (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("admission.redis.tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("admission.redis.tls.ca_file: %s holds no PEM certificate", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("admission.redis.tls.cert_file/key_file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 func (r *redisBackend) close() error { return r.c.Close() }

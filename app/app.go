@@ -190,10 +190,15 @@ func staticWorkers(cfg *config.Config) []*workers.Worker {
 		}
 		out = append(out, &workers.Worker{Name: name, Address: w.Address, Models: models,
 			KVEvents: workers.KVEvents{Endpoint: w.KVEvents.Endpoint, ReplayEndpoint: w.KVEvents.ReplayEndpoint, Topic: w.KVEvents.Topic, DPSize: w.KVEvents.DPSize},
-			Profile: workers.Profile{PrefillTokensPerSecond: w.Profile.PrefillTokensPerSecond, DecodeTokensPerSecond: w.Profile.DecodeTokensPerSecond,
-				Overhead: w.Profile.Overhead, BlockCapacity: w.Profile.BlockCapacity}})
+			Profile:  workerProfile(w.Profile)})
 	}
 	return out
+}
+
+// workerProfile converts a configured profile (workers[].profile, discovery.profile).
+func workerProfile(p config.WorkerProfile) workers.Profile {
+	return workers.Profile{PrefillTokensPerSecond: p.PrefillTokensPerSecond, DecodeTokensPerSecond: p.DecodeTokensPerSecond,
+		Overhead: p.Overhead, BlockCapacity: p.BlockCapacity, MaxNumSeqs: p.MaxNumSeqs}
 }
 
 // Listeners are the sockets an App serves on. Tests pass ephemeral ones.

@@ -18,8 +18,7 @@ func (a *App) newDiscovery() (workers.Source, error) {
 		}
 	}
 	tmpl := workers.Template{Models: models, KVEventsEndpoint: d.KVEventsEndpoint, KVEventsReplayEndpoint: d.KVEventsReplayEndpoint,
-		Profile: workers.Profile{PrefillTokensPerSecond: d.Profile.PrefillTokensPerSecond, DecodeTokensPerSecond: d.Profile.DecodeTokensPerSecond,
-			Overhead: d.Profile.Overhead, BlockCapacity: d.Profile.BlockCapacity}}
+		Profile: workerProfile(d.Profile)}
 	static := staticWorkers(a.Config)
 	switch d.Mode {
 	case "static", "":

@@ -92,3 +92,14 @@ func TestStaticWorkersAreCounted(t *testing.T) {
 		t.Fatalf("kvroute_discovery_workers{source=static,state=ready} = %v, want 2", n)
 	}
 }
+
+// workers[].profile.max_num_seqs reaches the registered worker, whose engine limit
+// the router's saturation gate reads (router.Saturation.SaturatedOn).
+func TestWorkerProfileMaxNumSeqsRegistered(t *testing.T) {
+	cfg := config.Default()
+	cfg.Workers = []config.Worker{{Address: "10.0.0.1:8000", Profile: config.WorkerProfile{MaxNumSeqs: 1024}}, {Address: "10.0.0.2:8000"}}
+	ws := staticWorkers(&cfg)
+	if len(ws) != 2 || ws[0].Profile.MaxNumSeqs != 1024 || ws[1].Profile.MaxNumSeqs != 0 {
+		t.Fatalf("profiles %+v / %+v, want max_num_seqs 1024 and 0 (router default 256)", ws[0].Profile, ws[1].Profile)
+	}
+}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -32,7 +34,42 @@ type RedisBudget struct {
 	// "local" (each replica enforces 1/Replicas of the limits in memory), "fail_open"
 	// (admit without a budget) or "fail_closed" (refuse with 503).
 	Down string `mapstructure:"down"`
+	// Username and Password authenticate to Redis (AUTH; Username "" = the default
+	// user, as requirepass). Set the password from the environment
+	// (KVROUTE_ADMISSION_REDIS_PASSWORD) rather than a file under version control; it is
+	// never logged, marshalled (json:"-") or shown by /debug views (LogValue, String).
+	Username string `mapstructure:"username"`
+	Password string `mapstructure:"password" json:"-"`
+	// TLS connects to Redis over TLS (redis-server --tls-port).
+	TLS RedisTLS `mapstructure:"tls"`
 }
+
+// RedisTLS configures TLS to Redis. The files are PEM and are read at startup
+// (admission.New fails on an unreadable or invalid one).
+type RedisTLS struct {
+	// Enabled turns TLS on; the other keys need it.
+	Enabled bool `mapstructure:"enabled"`
+	// CAFile verifies the server's certificate ("" = the system roots).
+	CAFile string `mapstructure:"ca_file"`
+	// CertFile and KeyFile are a client certificate (mutual TLS), set together.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+	// ServerName is the name verified in the server's certificate ("" = the host of
+	// addr).
+	ServerName string `mapstructure:"server_name"`
+}
+
+// String is r without its password (for logs and error messages).
+func (r RedisBudget) String() string {
+	pw := ""
+	if r.Password != "" {
+		pw = "[redacted]"
+	}
+	return fmt.Sprintf("{addr:%s db:%d username:%q password:%s tls:%v}", r.Addr, r.DB, r.Username, pw, r.TLS.Enabled)
+}
+
+// LogValue logs r without its password (slog.LogValuer).
+func (r RedisBudget) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // TokenWindow is a token limit over one fixed window: windows are aligned to the Unix
 // epoch (a 24h window is a UTC day).
@@ -83,6 +120,16 @@ func (a Admission) validateBudget() error {
 		}
 		if r.KeyPrefix == "" {
 			return fieldErr("admission.redis.key_prefix", "must not be empty")
+		}
+		if r.Username != "" && r.Password == "" {
+			return fieldErr("admission.redis.password", "admission.redis.username %q needs a password (KVROUTE_ADMISSION_REDIS_PASSWORD)", r.Username)
+		}
+		t := r.TLS
+		if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "") {
+			return fieldErr("admission.redis.tls.enabled", "tls.ca_file, cert_file, key_file and server_name need tls.enabled: true")
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			return fieldErr("admission.redis.tls.cert_file", "cert_file and key_file are set together (got cert %q, key %q)", t.CertFile, t.KeyFile)
 		}
 	default:
 		return fieldErr("admission.backend", "must be local or redis, got %q", a.Backend)

@@ -89,6 +89,7 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"hostname worker", "workers: [{address: 'vllm-0:8000'}]\n", nil, "workers[0].address"},
 		{"envoy header", "", map[string]string{"KVROUTE_EXTPROC_DESTINATION_HEADER": "x-envoy-original-dst-host"}, "extproc.destination_header"},
 		{"unknown worker model", "models: [{name: a}]\nworkers: [{address: '127.0.0.1:1', models: [b]}]\n", nil, "workers[0].models[0]"},
+		{"negative max_num_seqs", "workers: [{address: '127.0.0.1:1', profile: {max_num_seqs: -1}}]\n", nil, "workers[0].profile.max_num_seqs: must be ≥ 0 requests, got -1"},
 		{"duplicate worker", "workers: [{address: '127.0.0.1:1'}, {address: '127.0.0.1:1'}]\n", nil, "workers[1].name"},
 		{"bad list env", "", map[string]string{"KVROUTE_WORKERS": "[{"}, "workers"},
 		{"bad policy", "", map[string]string{"KVROUTE_SCORING_POLICY": "best-effort"}, "scoring.policy"},

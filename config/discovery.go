@@ -99,5 +99,8 @@ func (d Discovery) validate() error {
 	if d.Profile.PrefillTokensPerSecond < 0 || d.Profile.DecodeTokensPerSecond < 0 {
 		return fieldErr("discovery.profile", "token rates must be ≥ 0")
 	}
+	if d.Profile.MaxNumSeqs < 0 {
+		return fieldErr("discovery.profile.max_num_seqs", "must be ≥ 0 requests, got %d", d.Profile.MaxNumSeqs)
+	}
 	return nil
 }

@@ -15,7 +15,7 @@ discovery:
   refresh_interval: 1m
   models: [m1]
   kv_events_endpoint: "tcp://{ip}:{port}"
-  profile: {prefill_tokens_per_second: 9000}
+  profile: {prefill_tokens_per_second: 9000, max_num_seqs: 1024}
   kubernetes: {namespace: llm, service: vllm}
 `)
 	fs := Flags("test")
@@ -29,7 +29,7 @@ discovery:
 	d := c.Discovery
 	if d.Mode != "kubernetes" || d.RefreshInterval != time.Minute || d.Kubernetes.Service != "vllm" || d.Kubernetes.Namespace != "llm" ||
 		d.Kubernetes.LabelSelector != "tier=gpu" || d.Kubernetes.HTTPPortName != "http" || d.Kubernetes.KVEventsPortName != "kv-events" ||
-		d.DNS.HTTPPort != 8080 || d.Profile.PrefillTokensPerSecond != 9000 || len(d.Models) != 1 || d.KVEventsEndpoint != "tcp://{ip}:{port}" {
+		d.DNS.HTTPPort != 8080 || d.Profile.PrefillTokensPerSecond != 9000 || d.Profile.MaxNumSeqs != 1024 || len(d.Models) != 1 || d.KVEventsEndpoint != "tcp://{ip}:{port}" {
 		t.Fatalf("discovery keys from file, flag, env and defaults: %+v", d)
 	}
 }
@@ -51,6 +51,7 @@ func TestDiscoveryValidation(t *testing.T) {
 			d.Mode, d.Kubernetes.Service, d.KVEventsReplayEndpoint = "kubernetes", "vllm", "{ip}:5558"
 		}, "discovery.kv_events_replay_endpoint"},
 		{"negative rate", func(d *Discovery) { d.Mode, d.DNS.Name, d.Profile.DecodeTokensPerSecond = "dns", "vllm", -1 }, "discovery.profile"},
+		{"negative max_num_seqs", func(d *Discovery) { d.Mode, d.DNS.Name, d.Profile.MaxNumSeqs = "dns", "vllm", -1 }, "discovery.profile.max_num_seqs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()

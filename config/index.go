@@ -20,7 +20,9 @@ type Index struct {
 	// ReplayTimeout bounds one replay exchange with a worker's replay endpoint.
 	ReplayTimeout time.Duration `mapstructure:"replay_timeout"`
 	// ReconnectMin and ReconnectMax bound the backoff between socket re-creations
-	// (also ZMQ's reconnect interval and its maximum).
+	// (also ZMQ's reconnect interval and its maximum): doubling per consecutive
+	// unhealthy socket, back to ReconnectMin after one that received a well-formed
+	// frame or stayed connected for ReconnectMax.
 	ReconnectMin time.Duration `mapstructure:"reconnect_min"`
 	ReconnectMax time.Duration `mapstructure:"reconnect_max"`
 	// BindEndpoint, when set, is bound by one SUB socket that workers' publishers connect

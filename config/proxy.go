@@ -18,14 +18,19 @@ type Proxy struct {
 	// MaxIdleConnsPerHost is the idle keep-alive pool per worker (net/http's default of
 	// 2 leaves tens of thousands of sockets in TIME_WAIT at a few hundred req/s).
 	MaxIdleConnsPerHost int `mapstructure:"max_idle_conns_per_host"`
-	// Paths are the request paths forwarded to workers (exact match, a trailing "/"
-	// ignored); every other path is answered 404 by kvroute, so worker-admin routes
+	// Paths are the request paths forwarded to workers (exact match: a trailing "/" is
+	// another path, answered 404 by kvroute as vLLM's FastAPI would redirect or 404
+	// it); every other path is answered 404 by kvroute, so worker-admin routes
 	// (POST /reset_prefix_cache, /start_profile, ...) are not reachable through it.
 	Paths []string `mapstructure:"paths"`
 }
 
-// DefaultProxyPaths are the inference API paths forwarded by default.
-var DefaultProxyPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models"}
+// DefaultProxyPaths are the inference API paths forwarded by default: the OpenAI
+// routes every vLLM OpenAI server (vllm/entrypoints/openai/api_server.py) and
+// kvroute's vllm-sim serve. Anthropic's /v1/messages is not among them: only recent
+// vLLM versions serve it (AnthropicServingMessages in the same server); older ones
+// and vllm-sim answer 404 — add it to proxy.paths when every worker serves it.
+var DefaultProxyPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/models"}
 
 func defaultProxy() Proxy {
 	return Proxy{UpstreamHeaderTimeout: 10 * time.Minute, UpstreamIdleTimeout: 5 * time.Minute,

@@ -59,6 +59,10 @@ type WorkerProfile struct {
 	DecodeTokensPerSecond  float64       `mapstructure:"decode_tokens_per_second"`
 	Overhead               time.Duration `mapstructure:"overhead"`
 	BlockCapacity          int           `mapstructure:"block_capacity"`
+	// MaxNumSeqs is the worker's vLLM --max-num-seqs: kvroute's queue holds a request
+	// for a worker with this many booked requests (router.Saturation); 0 = 256,
+	// vLLM's default on GPUs under 70 GiB and A100s (1024 on larger ones: set it).
+	MaxNumSeqs int `mapstructure:"max_num_seqs"`
 }
 
 func validateModels(ms []Model) error {
@@ -138,6 +142,9 @@ func validateWorkers(ws []Worker, ms []Model, d Discovery) error {
 		}
 		if w.Profile.PrefillTokensPerSecond < 0 || w.Profile.DecodeTokensPerSecond < 0 {
 			return fieldErr(key+".profile", "token rates must be ≥ 0")
+		}
+		if w.Profile.MaxNumSeqs < 0 {
+			return fieldErr(key+".profile.max_num_seqs", "must be ≥ 0 requests, got %d", w.Profile.MaxNumSeqs)
 		}
 	}
 	return nil

@@ -47,6 +47,9 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	f := &fixture{t: t}
 	cfg := config.Default()
 	cfg.Models = []config.Model{{Name: "m"}}
+	// the test workers serve Anthropic's /v1/messages too (not a default proxy path:
+	// not every vLLM version serves it)
+	cfg.Proxy.Paths = append(cfg.Proxy.Paths, "/v1/messages")
 	for i := 0; i < o.workers; i++ {
 		w := newTestWorker(t, "w"+string(rune('1'+i)))
 		f.workers = append(f.workers, w)

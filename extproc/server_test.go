@@ -534,3 +534,27 @@ func (p *panicStream) Recv() (*extprocv3.ProcessingRequest, error) {
 	return hdrs(true, ":method", "GET", ":path", "/v1/models"), nil
 }
 func (p *panicStream) Send(*extprocv3.ProcessingResponse) error { return nil }
+
+// A trailing "/" is another path, as vLLM's routes are exact (FastAPI redirects
+// /v1/chat/completions/ or 404s it): not parsed as chat, so a body-less POST to it is
+// passed through with a load-only pick, where the exact path is refused 400. Before,
+// the trailing "/" was trimmed and the request parsed (and refused) as chat.
+func TestTrailingSlashIsNotAnInferencePath(t *testing.T) {
+	h := newHarness(t)
+	s := h.open(t)
+	s.send(withPC(hdrs(true, post("/v1/chat/completions/")...), modeBuffered, modeStreamed))
+	r := s.recv()
+	if r.GetImmediateResponse() != nil || destOf(t, r.GetRequestHeaders().GetResponse().GetHeaderMutation(), dest) == "" {
+		t.Fatalf("POST /v1/chat/completions/: %v, want a load-only pick on the headers reply", r)
+	}
+	s.send(rspHdrs(true, ":status", "307"))
+	s.recv()
+	if h.router.InFlight() != 0 {
+		t.Fatal("ticket of the redirected request not completed")
+	}
+	s2 := h.open(t)
+	s2.send(withPC(hdrs(true, post("/v1/chat/completions")...), modeBuffered, modeStreamed))
+	if ir := s2.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 400 {
+		t.Fatalf("exact path, no body: %v, want 400", ir)
+	}
+}

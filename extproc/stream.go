@@ -365,15 +365,11 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 		// message_timeout must exceed the longest max_queue_time (README, envoy.Check).
 		// The stream's context ends when Envoy closes the stream (client gone): the
 		// queued entry is removed.
-		pk, err = st.s.opt.Admission.Pick(ctx, st.s.opt.Router, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
-			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints}, st.classIn)
+		// Admit reserves the tenant's budget in the request's turn; a refusal aborts
+		// the ticket and charges no fairness (VTC).
+		pk, st.grant, err = st.s.opt.Admission.Admit(ctx, st.s.opt.Router, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
+			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints}, st.tenant, st.classIn)
 		st.ticket = pk.Ticket
-	}
-	if err == nil {
-		if st.grant, err = st.s.opt.Admission.Reserve(st.tenant, pk.Want(req.MaxTokens)); err != nil {
-			st.ticket.AbortWith(response.OutcomeRejected)
-			st.ticket = nil
-		}
 	}
 	if err != nil {
 		return st.immediate(err)

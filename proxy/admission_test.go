@@ -49,7 +49,9 @@ func admissionProxy(t *testing.T, mod func(*config.Admission)) (*httptest.Server
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Options{Router: r, Config: config.Default().ExtProc, Metrics: ms, Admission: adm}))
+	px := config.Default().Proxy
+	px.Paths = append(px.Paths, "/v1/messages") // an Anthropic journey below (not a default path)
+	srv := httptest.NewServer(New(Options{Router: r, Config: config.Default().ExtProc, Proxy: px, Metrics: ms, Admission: adm}))
 	t.Cleanup(srv.Close)
 	return srv, adm, ms
 }

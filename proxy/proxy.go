@@ -43,7 +43,6 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -132,7 +131,7 @@ func New(opt Options) http.Handler {
 	}
 	h := &handler{opt: opt, m: opt.Metrics.ExtProc, log: opt.Logger, paths: map[string]bool{}}
 	for _, p := range opt.Proxy.Paths {
-		h.paths[strings.TrimSuffix(p, "/")] = true
+		h.paths[p] = true // exact: /v1/chat/completions/ is another path (request.APIForPath)
 	}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
@@ -220,7 +219,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.rc, rec.writeTimeout = http.NewResponseController(w), h.opt.WriteTimeout
 		defer func() { _ = rec.rc.SetWriteDeadline(time.Time{}) }() // the next request on this connection starts fresh
 	}
-	if !h.paths[strings.TrimSuffix(r.URL.Path, "/")] {
+	if !h.paths[r.URL.Path] {
 		h.writeError(rec, api, &request.Error{Status: http.StatusNotFound, Type: "NotFoundError",
 			Message: "kvroute proxy: this path is not forwarded (proxy.paths)"})
 		return
@@ -268,7 +267,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for attempt := 0; attempt < 2; attempt++ {
 		// Admission classifies the request and, for a class with a queue, holds it
 		// here until a worker is predicted to meet the class objective (late binding).
-		pk, err := h.opt.Admission.Pick(ctx, h.opt.Router, req, po, admission.ClassInput{Tenant: id.Tenant, Header: r.Header.Get})
+		// The tenant's budget is reserved in the request's turn (Admit): a refusal
+		// aborts the ticket and charges no fairness (VTC).
+		pk, g, err := h.opt.Admission.Admit(ctx, h.opt.Router, req, po, id, admission.ClassInput{Tenant: id.Tenant, Header: r.Header.Get})
 		if err != nil {
 			route.Fail("no pick")
 			if r.Context().Err() != nil {
@@ -278,13 +279,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		t := pk.Ticket
-		g, err := h.opt.Admission.Reserve(id, pk.Want(req.MaxTokens))
-		if err != nil {
-			t.AbortWith(response.OutcomeRejected)
-			route.Fail("request refused")
-			h.writeError(rec, api, err)
-			return
-		}
 		route.Set(t.TraceAttributes()...)
 		f = &flight{ticket: t, grant: g, req: req, route: route, mayRetry: attempt == 0}
 		h.attempt(rec, r, f, body)

@@ -23,12 +23,15 @@ const (
 	APIOther       API = "other"       // any other path: passed through, load-only pick
 )
 
-// APIForPath maps a request path (query string ignored) to the API it carries.
+// APIForPath maps a request path (query string ignored) to the API it carries. The
+// match is exact, as vLLM's routes are: a trailing "/" (/v1/chat/completions/) is
+// another path (APIOther) — vLLM's FastAPI answers it with a 307 redirect to the
+// path without it (Starlette redirect_slashes), or 404 — so kvroute neither parses
+// nor books it as an inference request.
 func APIForPath(path string) API {
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
-	path = strings.TrimSuffix(path, "/")
 	switch path {
 	case "/v1/chat/completions":
 		return APIChat

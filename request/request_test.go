@@ -10,7 +10,7 @@ import (
 func TestAPIForPath(t *testing.T) {
 	for path, want := range map[string]API{
 		"/v1/chat/completions":        APIChat,
-		"/v1/chat/completions/":       APIChat,
+		"/v1/chat/completions/":       APIOther, // exact, as vLLM's routes (FastAPI redirects it)
 		"/v1/chat/completions?x=1":    APIChat,
 		"/v1/completions":             APICompletions,
 		"/v1/messages":                APIMessages,

@@ -96,7 +96,7 @@ type Options struct {
 // saturated when kvroute's bookings on it (its own and its peers') fill either limit:
 //
 //	Booked.PrefillTokens + Booked.Decoding ≥ BatchTokens   (one token per decoding sequence)
-//	Booked.Requests ≥ MaxNumSeqs
+//	Booked.Requests ≥ max_num_seqs   (the worker's Profile.MaxNumSeqs, else MaxNumSeqs)
 //
 // Below both, a request sent now is scheduled at the worker's next step, so holding it
 // in kvroute's queue would leave capacity idle; at either, it would wait in the
@@ -105,17 +105,33 @@ type Options struct {
 // and a scrape wakes no queue).
 type Saturation struct {
 	BatchTokens int // vLLM --max-num-batched-tokens; 0 → scoring.DefaultBatchTokens
-	MaxNumSeqs  int // vLLM --max-num-seqs; 0 → 256 (vLLM's default)
+	// MaxNumSeqs is vLLM's --max-num-seqs of a worker whose workers.Profile.MaxNumSeqs
+	// is 0; 0 → DefaultMaxNumSeqs.
+	MaxNumSeqs int
 }
 
-// Saturated reports whether b fills s (the type's doc).
-func (s Saturation) Saturated(b scoring.Booked) bool {
+// DefaultMaxNumSeqs is vLLM's default --max-num-seqs for the OpenAI server on GPUs
+// under 70 GiB and on A100s: 256 (vllm/engine/arg_utils.py,
+// EngineArgs.get_batch_defaults; 1024 on larger GPUs — configure
+// workers[].profile.max_num_seqs there).
+const DefaultMaxNumSeqs = 256
+
+// Saturated reports whether b fills s (the type's doc) on a worker without a
+// max_num_seqs of its own.
+func (s Saturation) Saturated(b scoring.Booked) bool { return s.SaturatedOn(nil, b) }
+
+// SaturatedOn reports whether b fills s on w: w.Profile.MaxNumSeqs when set (w may be
+// nil), else s.MaxNumSeqs, else DefaultMaxNumSeqs.
+func (s Saturation) SaturatedOn(w *workers.Worker, b scoring.Booked) bool {
 	bt, ns := s.BatchTokens, s.MaxNumSeqs
 	if bt <= 0 {
 		bt = scoring.DefaultBatchTokens
 	}
+	if w != nil && w.Profile.MaxNumSeqs > 0 {
+		ns = w.Profile.MaxNumSeqs
+	}
 	if ns <= 0 {
-		ns = 256
+		ns = DefaultMaxNumSeqs
 	}
 	return b.PrefillTokens+b.Decoding >= bt || b.Requests >= ns
 }
@@ -370,7 +386,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 // worker the policy would pick (a dry run, scoring.Input.DryRun) is saturated. No
 // candidate saturated: no dry run. Caller holds r.mu.
 func (r *Router) waitLocked(in *input, cands []scoring.Candidate) bool {
-	if !slices.ContainsFunc(cands, func(c scoring.Candidate) bool { return r.opt.Saturation.Saturated(c.Booked) }) {
+	if !slices.ContainsFunc(cands, func(c scoring.Candidate) bool { return r.opt.Saturation.SaturatedOn(c.Worker, c.Booked) }) {
 		return false
 	}
 	in.DryRun = true
@@ -379,7 +395,7 @@ func (r *Router) waitLocked(in *input, cands []scoring.Candidate) bool {
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
 		return false // the pick refuses it: let Pick answer so
 	}
-	return r.opt.Saturation.Saturated(cands[d.Index].Booked)
+	return r.opt.Saturation.SaturatedOn(cands[d.Index].Worker, cands[d.Index].Booked)
 }
 
 // Explanation is one worker's view of a request without booking anything.

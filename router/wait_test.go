@@ -181,3 +181,41 @@ func TestWaitFollowsThePolicysChoice(t *testing.T) {
 		t.Fatalf("without SLO: %v %v", tk, err)
 	}
 }
+
+// max_num_seqs comes from each worker's profile (vLLM --max-num-seqs of that engine):
+// with profile.max_num_seqs 2 on both workers and no Saturation setting, the fifth
+// request (two booked on each) waits. Before the fix the limit was 256 whatever the
+// worker, and the fifth went through into the engine's own queue.
+func TestWaitMaxNumSeqsFromWorkerProfile(t *testing.T) {
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "a", Address: "10.0.0.1:8000", Models: []string{"m"}, Profile: workers.Profile{MaxNumSeqs: 2}},
+		{Name: "b", Address: "10.0.0.2:8000", Models: []string{"m"}, Profile: workers.Profile{MaxNumSeqs: 2}}})
+	r := New(Options{Registry: reg, Models: []Model{{Name: "m"}}, Policy: slowPredictor{}, Saturation: Saturation{MaxNumSeqs: 1000}})
+	ctx := context.Background()
+	po := PickOptions{SLO: time.Second, Wait: true}
+	per := map[string]int{}
+	for i := 0; i < 4; i++ {
+		tk, err := r.Pick(ctx, tokReq(4), po)
+		if err != nil {
+			t.Fatalf("pick %d: %v (below both workers' max_num_seqs)", i, err)
+		}
+		per[tk.Worker]++
+	}
+	if per["a"] != 2 || per["b"] != 2 {
+		t.Fatalf("booked per worker %v, want 2 and 2", per)
+	}
+	if _, err := r.Pick(ctx, tokReq(4), po); !errors.Is(err, ErrWait) {
+		t.Fatalf("both workers at their profile's max_num_seqs 2: %v, want ErrWait", err)
+	}
+}
+
+func TestSaturatedOnWorkerProfile(t *testing.T) {
+	b := scoring.Booked{Requests: 300}
+	w := &workers.Worker{Profile: workers.Profile{MaxNumSeqs: 1024}}
+	if (Saturation{}).SaturatedOn(w, b) || !(Saturation{}).SaturatedOn(nil, b) || !(Saturation{}).SaturatedOn(&workers.Worker{}, b) {
+		t.Fatal("300 booked: want unsaturated under the profile's 1024, saturated under the default 256")
+	}
+	if !(Saturation{}).SaturatedOn(w, scoring.Booked{Requests: 1024}) {
+		t.Fatal("1024 booked under the profile's 1024: want saturated")
+	}
+}

@@ -8,7 +8,8 @@
 # DEMO_SUFFIX_TOKENS, DEMO_OUTPUT_TOKENS, DEMO_OUT (output directory), DEMO_PORT (first port).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-bin}
+LIB_NAME=demo PORT_ENV=${DEMO_PORT:-}
+. scripts/lib.sh
 OUT=${DEMO_OUT:-demo-out}
 REQUESTS=${DEMO_REQUESTS:-72}
 RATE=${DEMO_RATE:-2.5}
@@ -21,34 +22,13 @@ for b in vllm-sim kvroute kvbench; do
   [ -x "$BIN/$b" ] || { echo "demo: $BIN/$b missing; run make build" >&2; exit 1; }
 done
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# Find 11 free ports in a row: 3 HTTP, 3 PUB, 3 replay, proxy, admin. The range stays
-# below Linux's ephemeral ports (32768+), which outgoing connections may hold.
-base=${DEMO_PORT:-}
-if [ -z "$base" ]; then
-  for _ in $(seq 1 50); do
-    cand=$(( 20000 + (RANDOM % 1200) * 10 ))
-    ok=1
-    for i in $(seq 0 10); do port_free $((cand + i)) || { ok=0; break; }; done
-    [ $ok = 1 ] && { base=$cand; break; }
-  done
-fi
-[ -n "$base" ] || { echo "demo: no free port range found" >&2; exit 1; }
+# 11 free ports in a row: 3 HTTP, 3 PUB, 3 replay, proxy, admin
+find_ports 11 20000
 HTTP=$base KV=$((base + 3)) REPLAY=$((base + 6)) PROXY=$((base + 9)) ADMIN=$((base + 10))
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-
 echo "demo: starting 3 simulated vLLM workers (profile l40s-27b) on 127.0.0.1:$HTTP-$((HTTP + 2))"
-"$BIN/vllm-sim" --workers 3 --host 127.0.0.1 --port "$HTTP" --kv-port "$KV" --kv-replay-port "$REPLAY" \
-  --profile l40s-27b --enable-prompt-tokens-details --default-max-tokens "$OUTPUT_TOKENS" 2>"$tmp/vllm-sim.log" &
-pids+=($!)
+start_workers 3 "$HTTP" --kv-port "$KV" --kv-replay-port "$REPLAY" \
+  --profile l40s-27b --enable-prompt-tokens-details --default-max-tokens "$OUTPUT_TOKENS"
 
 MODEL=google/gemma-3-27b-it
 {
@@ -70,16 +50,6 @@ echo "demo: starting kvroute proxy on 127.0.0.1:$PROXY (config $tmp/kvroute.yaml
 "$BIN/kvroute" proxy --config "$tmp/kvroute.yaml" 2>"$tmp/kvroute.log" &
 pids+=($!)
 
-wait_http() {
-  for _ in $(seq 1 100); do
-    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "demo: $1 did not come up; logs:" >&2
-  cat "$tmp"/*.log >&2
-  exit 1
-}
-for i in 0 1 2; do wait_http "http://127.0.0.1:$((HTTP + i))/health"; done
 wait_http "http://127.0.0.1:$ADMIN/healthz"
 
 # One tiny request through kvroute first: fail early and clearly if the proxy cannot route.

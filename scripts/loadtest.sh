@@ -15,7 +15,8 @@
 # LOAD_TOKENIZER (.cache/tokenizers/qwen3; "" = no local tokenizer: remote /tokenize).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-bin}
+LIB_NAME=loadtest PORT_ENV=${LOAD_PORT:-}
+. scripts/lib.sh
 OUT=${LOAD_OUT:-load-out}
 CONC=${LOAD_CONCURRENCY:-1,50,200}
 BODIES=${LOAD_BODIES:-4k,220k}
@@ -29,40 +30,10 @@ for b in vllm-sim kvroute kvbench envoy-standin; do
 done
 [ -z "$TOK" ] || [ -f "$TOK/tokenizer.json" ] || { echo "loadtest: $TOK/tokenizer.json missing; run make tokenizers (or LOAD_TOKENIZER=)" >&2; exit 1; }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-base=${LOAD_PORT:-}
-if [ -z "$base" ]; then
-  for _ in $(seq 1 50); do
-    cand=$(( 21000 + (RANDOM % 1000) * 10 ))
-    ok=1
-    for i in $(seq 0 6); do port_free $((cand + i)) || { ok=0; break; }; done
-    [ $ok = 1 ] && { base=$cand; break; }
-  done
-fi
-[ -n "$base" ] || { echo "loadtest: no free port range found" >&2; exit 1; }
+find_ports 7 21000
 HTTP=$base PROXY=$((base + 3)) ADMIN=$((base + 4)) EXTPROC=$((base + 5)) ENVOY=$((base + 6))
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-
-wait_http() {
-  for _ in $(seq 1 200); do
-    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "loadtest: $1 did not come up; logs:" >&2
-  cat "$tmp"/*.log >&2
-  exit 1
-}
-
-"$BIN/vllm-sim" --echo --workers 3 --host 127.0.0.1 --port "$HTTP" --kv-port 0 --kv-replay-port 0 --model "$MODEL" 2>"$tmp/vllm-sim.log" &
-pids+=($!)
+start_workers 3 "$HTTP" --echo --kv-port 0 --kv-replay-port 0 --model "$MODEL"
 {
   echo "server:"
   echo "  proxy_addr: 127.0.0.1:$PROXY"
@@ -77,7 +48,6 @@ pids+=($!)
     echo "  - {name: echo-$i, address: \"127.0.0.1:$((HTTP + i))\"}"
   done
 } >"$tmp/kvroute.yaml"
-for i in 0 1 2; do wait_http "http://127.0.0.1:$((HTTP + i))/health"; done
 direct="direct=round_robin:http://127.0.0.1:$HTTP,http://127.0.0.1:$((HTTP + 1)),http://127.0.0.1:$((HTTP + 2))"
 mkdir -p "$OUT"
 
@@ -86,7 +56,7 @@ run_front() { # name cmd url
   "$BIN/kvroute" "$cmd" --config "$tmp/kvroute.yaml" 2>"$tmp/kvroute-$name.log" &
   local kp=$!
   pids+=($kp)
-  wait_http "http://127.0.0.1:$ADMIN/healthz"
+  wait_http "http://127.0.0.1:$ADMIN/healthz" 200
   if [ "$name" = serve ]; then
     "$BIN/envoy-standin" --listen "127.0.0.1:$ENVOY" --ext-proc "127.0.0.1:$EXTPROC" 2>"$tmp/standin.log" &
     pids+=($!)

@@ -17,6 +17,9 @@ type Profile struct {
 	DecodeTokensPerSecond  float64       // tokens generated per second per sequence at small batch
 	Overhead               time.Duration // fixed time from arrival to first token besides prefill (scheduling, network)
 	BlockCapacity          int           // KV cache capacity in blocks (for approximate mode); 0 unknown
+	// MaxNumSeqs is the engine's --max-num-seqs (requests it runs in one step); 0 =
+	// router.Saturation's (vLLM's default, router.DefaultMaxNumSeqs).
+	MaxNumSeqs int
 }
 
 // KVEvents says where a worker publishes vLLM KV cache events.

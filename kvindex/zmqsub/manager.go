@@ -38,7 +38,11 @@ type Options struct {
 	// ReplayTimeout bounds one replay exchange (request to end marker). 0 means 2s.
 	ReplayTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the backoff between attempts to re-create a
-	// failed socket, and are set as ZMQ_RECONNECT_IVL / _MAX. 0 means 100ms and 5s.
+	// failed socket (a socket error, or in connect mode a closed publisher connection),
+	// and are set as ZMQ_RECONNECT_IVL / _MAX. The wait doubles per consecutive socket
+	// that ended unhealthy and goes back to ReconnectMin after a healthy one: one that
+	// received a well-formed frame, or stayed connected for at least ReconnectMax. 0
+	// means 100ms and 5s.
 	ReconnectMin, ReconnectMax time.Duration
 	// BindEndpoint, when set, is bound by one SUB socket that workers' publishers
 	// connect to (vLLM endpoint without "*": the PUB connects). "" disables bind mode.
@@ -74,6 +78,11 @@ type Options struct {
 	// ReplayBufferBytes below MaxMessageBytes is raised to it (one message always fits).
 	ReplayBufferFrames int
 	ReplayBufferBytes  int64
+
+	// reconnectWait (tests only; nil otherwise) is told each wait before a socket is
+	// re-created: the worker ("" for the bind-mode socket), rank, whether the socket
+	// that ended was healthy, and the wait.
+	reconnectWait func(worker string, rank int, healthy bool, wait time.Duration)
 }
 
 // DefaultMaxMessageBytes is the default ZMQ message size cap: 32 MiB. The largest

@@ -139,29 +139,31 @@ func EndpointForRank(ep string, r int) string {
 	return ep + "_dp" + strconv.Itoa(r)
 }
 
-// receive owns one SUB socket for rank r, re-creating it with backoff after errors.
+// receive owns one SUB socket for rank r, re-creating it with backoff (see backoff)
+// after errors and closed publisher connections.
 func (s *workerSub) receive(ctx context.Context, r int) {
 	ep := EndpointForRank(s.w.KVEvents.Endpoint, r)
-	backoff := s.m.opt.ReconnectMin
+	b := backoff{min: s.m.opt.ReconnectMin, max: s.m.opt.ReconnectMax}
 	lost := false // the publisher connection was lost: the next connect is a reconnect
 	for {
-		err := s.receiveOnce(ctx, ep, r, &lost)
+		health := socketHealth{stayUp: s.m.opt.ReconnectMax}
+		err := s.receiveOnce(ctx, ep, r, &lost, &health)
 		if ctx.Err() != nil {
 			return
 		}
 		s.m.m.Reconnects.WithLabelValues(s.w.Name).Inc()
+		healthy := health.healthy()
+		wait := b.after(healthy)
+		if f := s.m.opt.reconnectWait; f != nil {
+			f(s.w.Name, r, healthy, wait)
+		}
 		if errors.Is(err, errDisconnected) {
-			// Not a socket failure: start again at the shortest wait.
-			backoff = s.m.opt.ReconnectMin
-			s.m.log.Info("kvindex: KV event publisher disconnected; re-creating the subscription", "worker", s.w.Name, "endpoint", ep, "backoff", backoff)
+			s.m.log.Info("kvindex: KV event publisher disconnected; re-creating the subscription", "worker", s.w.Name, "endpoint", ep, "healthy", healthy, "backoff", wait)
 		} else {
-			s.m.log.Warn("kvindex: KV event subscription failed; retrying", "worker", s.w.Name, "endpoint", ep, "err", err, "backoff", backoff)
+			s.m.log.Warn("kvindex: KV event subscription failed; retrying", "worker", s.w.Name, "endpoint", ep, "err", err, "healthy", healthy, "backoff", wait)
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !sleepCtx(ctx, wait) {
 			return
-		}
-		if !errors.Is(err, errDisconnected) {
-			backoff = min(backoff*2, s.m.opt.ReconnectMax)
 		}
 	}
 }
@@ -243,7 +245,8 @@ func (m *Manager) monitor(sock *zmq.Socket, events zmq.Event) (mon *zmq.Socket, 
 // receiveOnce runs one SUB socket for rank r until ctx ends (nil), a socket error, or
 // its publisher connection closes (errDisconnected). *lost carries "the connection was
 // lost" across sockets: the next socket's first connect queues the reconnected marker.
-func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int, lost *bool) error {
+// health records the socket's frames and connection.
+func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int, lost *bool, health *socketHealth) error {
 	sock, err := s.newSocket(zmq.SUB)
 	if err != nil {
 		return err
@@ -260,14 +263,17 @@ func (s *workerSub) receiveOnce(ctx context.Context, ep string, r int, lost *boo
 	disc := s.m.m.Disconnects.WithLabelValues(s.w.Name)
 	return recvLoop(ctx, sock, mon, s.m.opt.PollInterval, func(f frame) {
 		f.rank = r
+		health.frame()
 		s.enqueue(f)
 	}, func() { s.m.m.DecodeErrors.WithLabelValues(s.w.Name).Inc() }, func(ev zmq.Event) error {
 		switch ev {
 		case zmq.EVENT_DISCONNECTED:
+			health.disconnected()
 			disc.Inc()
 			*lost = true
 			return errDisconnected
 		case zmq.EVENT_CONNECTED:
+			health.connected()
 			if *lost {
 				// Connected again after losing the publisher: almost always a new engine
 				// process (restart), whose cache starts empty. Its entries go now, in
@@ -332,9 +338,10 @@ func recvLoop(ctx context.Context, sock, mon *zmq.Socket, poll time.Duration, go
 
 // runBind owns the bind-mode SUB socket.
 func (m *Manager) runBind(ctx context.Context) error {
-	backoff := m.opt.ReconnectMin
+	b := backoff{min: m.opt.ReconnectMin, max: m.opt.ReconnectMax}
 	first := true
 	for {
+		health := socketHealth{stayUp: m.opt.ReconnectMax}
 		sock, err := m.newSocket(zmq.SUB)
 		if err != nil {
 			return err
@@ -353,7 +360,7 @@ func (m *Manager) runBind(ctx context.Context) error {
 				m.bound <- ep
 				first = false
 			}
-			err = recvLoop(ctx, sock, mon, m.opt.PollInterval, func(f frame) { f.rank = -1; m.dispatch(f) },
+			err = recvLoop(ctx, sock, mon, m.opt.PollInterval, func(f frame) { f.rank = -1; health.frame(); m.dispatch(f) },
 				func() { m.m.DroppedMessages.WithLabelValues("malformed_frame").Inc() },
 				func(zmq.Event) error { m.m.Disconnects.WithLabelValues("").Inc(); return nil })
 		}
@@ -362,11 +369,16 @@ func (m *Manager) runBind(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		m.log.Warn("kvindex: bound KV event socket failed; re-binding", "endpoint", m.opt.BindEndpoint, "err", err)
-		if !sleepCtx(ctx, backoff) {
+		// a bound socket has many publishers: healthy means it received a frame
+		healthy := health.healthy()
+		wait := b.after(healthy)
+		if f := m.opt.reconnectWait; f != nil {
+			f("", 0, healthy, wait)
+		}
+		m.log.Warn("kvindex: bound KV event socket failed; re-binding", "endpoint", m.opt.BindEndpoint, "err", err, "healthy", healthy, "backoff", wait)
+		if !sleepCtx(ctx, wait) {
 			return nil
 		}
-		backoff = min(backoff*2, m.opt.ReconnectMax)
 	}
 }
 
