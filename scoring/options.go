@@ -75,6 +75,12 @@ type Options struct {
 	// evicted, routed cache-blind, recomputed, deepened the queues — a positive feedback
 	// (Zipf 1.2 at 4 req/s: p90 68 s with it, 3.6 s without; BENCHMARKS.md).
 	EvictDuringWait bool
+	// CacheTurnover adds to each candidate's cost the expected re-prefill of the prompt's
+	// context if the worker's cache turns over before the context is reused: (1+κ) ×
+	// exp(−T_w/τ) × prompt tokens ÷ the worker's prefill rate, T_w = cache tokens ÷ write
+	// rate (Che's approximation of LRU), τ = the measured reuse interval of prompts
+	// (README "Cache turnover", turnover.go).
+	CacheTurnover bool
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.
