@@ -61,6 +61,10 @@ type Scoring struct {
 	// EvictDuringWait discounts cached prefixes by what the queue ahead writes first
 	// (off by default: a positive feedback in deep queues, scoring README "Overload").
 	EvictDuringWait bool `mapstructure:"evict_during_wait"`
+	// CacheTurnover prices the expected re-prefill of a prompt's context on a worker whose
+	// prefix cache turns over faster than contexts are reused (Che's approximation of LRU;
+	// off by default, scoring README "Cache turnover").
+	CacheTurnover bool `mapstructure:"cache_turnover"`
 
 	Baselines ScoringBaselines `mapstructure:"baselines"`
 	Scrape    Scrape           `mapstructure:"scrape"`
@@ -117,7 +121,7 @@ func (s Scoring) Options() scoring.Options {
 		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, WriteHalfLife: s.WriteHalfLife, MaxTTFT: s.MaxTTFT,
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
-		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait,
+		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait, CacheTurnover: s.CacheTurnover,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,
