@@ -209,6 +209,8 @@ type ScoreboardRun struct {
 	Policies []string // nil: PolicyNames
 	Parallel int      // concurrent runs; < 1 means 1
 	EventLag time.Duration
+	// CacheTurnover turns on kvroute's cache-turnover price in every run (VirtualOptions).
+	CacheTurnover bool
 	// Log, when set, gets one line per finished run.
 	Log io.Writer
 }
@@ -281,7 +283,7 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 					if prof, err = sim.LookupProfile(r.Profile); err == nil {
 						var rs []Result
 						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: policies[j.pol], Arrivals: a,
-							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known})
+							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover})
 						if err == nil {
 							o2.s = Summarize(policies[j.pol], a.String(), rs, r.SLO, 0, WorkerNames(r.Workers))
 							o2.s.Results, o2.s.Seed = nil, uint64(j.seed)

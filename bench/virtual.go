@@ -78,6 +78,9 @@ type VirtualOptions struct {
 	// same ordering core `kvroute serve`/`proxy` run, here in virtual time (kvbench
 	// --qos). nil: every request is picked on arrival, as before.
 	QoS *VirtualQoS
+	// CacheTurnover turns on kvroute's cache-turnover price (scoring.Options.CacheTurnover,
+	// config scoring.cache_turnover; kvbench --cache-turnover).
+	CacheTurnover bool
 }
 
 // VirtualQoS is a virtual run's QoS: who each request is from and its class. A request
@@ -167,7 +170,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	policy := o.PolicyImpl
 	if policy == nil {
 		var err error
-		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens, o.PeerState); err != nil {
+		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover); err != nil {
 			return nil, err
 		}
 	}
@@ -215,7 +218,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if o.PolicyImpl != nil {
 				return nil, fmt.Errorf("bench: PolicyImpl with %d replicas", nrep)
 			}
-			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens, o.PeerState); err != nil {
+			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover); err != nil {
 				return nil, err
 			}
 		}

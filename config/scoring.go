@@ -65,6 +65,10 @@ type Scoring struct {
 	// their cache writes there (off by default: herds within an exchange interval,
 	// scoring.Options.PeerState).
 	PeerState bool `mapstructure:"peer_state"`
+	// CacheTurnover prices the expected re-prefill of a prompt's context on a worker whose
+	// prefix cache turns over faster than contexts are reused (Che's approximation of LRU;
+	// off by default, scoring README "Cache turnover").
+	CacheTurnover bool `mapstructure:"cache_turnover"`
 
 	Baselines ScoringBaselines `mapstructure:"baselines"`
 	Scrape    Scrape           `mapstructure:"scrape"`
@@ -122,6 +126,7 @@ func (s Scoring) Options() scoring.Options {
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
 		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait, PeerState: s.PeerState,
+		CacheTurnover: s.CacheTurnover,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,

@@ -55,12 +55,12 @@ func TestScoringValidationNamesTheKey(t *testing.T) {
 // off (scoring's negative sentinel), never scoring's own default.
 func TestScoringOverloadAndLearningKeys(t *testing.T) {
 	o := defaultScoring().Options()
-	if o.CongestionMax != 8 || o.FactorHalfLife != time.Minute || o.ExploreFraction != 0.01 || o.QueueBacklog {
+	if o.CongestionMax != 8 || o.FactorHalfLife != time.Minute || o.ExploreFraction != 0.01 || o.QueueBacklog || o.CacheTurnover {
 		t.Fatalf("defaults: %+v", o)
 	}
 	s := defaultScoring()
-	s.CongestionMax, s.FactorHalfLife, s.ExploreFraction, s.QueueBacklog = 0, 0, 0, true
-	if o := s.Options(); o.CongestionMax >= 0 || o.FactorHalfLife >= 0 || o.ExploreFraction >= 0 || !o.QueueBacklog {
+	s.CongestionMax, s.FactorHalfLife, s.ExploreFraction, s.QueueBacklog, s.CacheTurnover = 0, 0, 0, true, true
+	if o := s.Options(); o.CongestionMax >= 0 || o.FactorHalfLife >= 0 || o.ExploreFraction >= 0 || !o.QueueBacklog || !o.CacheTurnover {
 		t.Fatalf("0 must turn the feature off: %+v", o)
 	}
 	s = defaultScoring()

@@ -26,6 +26,7 @@ type Predictor struct {
 	mu      sync.RWMutex
 	workers map[string]*workerModel // guarded by mu
 	pool    poolState               // guarded by mu
+	reuse   reuseClock              // guarded by mu (turnover.go)
 }
 
 // workerModel is what the predictor knows about one worker.
@@ -208,11 +209,18 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 	}
 	util := p.utilLocked(in, cands, st)
 	pool = p.poolFactors()
+	tau, reused := 0.0, false
+	if p.o.CacheTurnover {
+		tau, reused = p.reuse.interval(in.Keys, in.Now)
+	}
 	p.mu.RUnlock()
 	k := congestion(&p.o, util)
 	cost := make([]time.Duration, len(cands))
 	for i := range cost {
 		cost[i] = preds[i].TTFT + time.Duration(k*st[i].prefill*float64(time.Second))
+		if p.o.CacheTurnover {
+			cost[i] += time.Duration((1 + k) * p.turnover(in, &cands[i], writes[i], tau, st[i].rate) * float64(time.Second))
+		}
 	}
 	d := choose(&p.o, in, cands, preds, cost, st, writes)
 	if p.learn && p.o.ExploreFraction > 0 && len(cands) > 1 && !d.Shed && d.Reason != ReasonDegraded && d.Reason != ReasonSLO &&
@@ -238,6 +246,10 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 			wm.writes.add(u, in.Now, p.o.WriteHalfLife)
 			wm.backlog.add(float64(max(in.PromptTokens-st[d.Index].cached, 0)), c.Booked.PrefillTokens, in.Now, st[d.Index].rate)
 		}
+		if p.o.CacheTurnover {
+			p.reuse.horizon = 10 * p.o.WriteHalfLife
+			p.reuse.record(in.Keys, in.Now, tau, reused)
+		}
 		p.mu.Unlock()
 	}
 	if l := p.o.Logger; l != nil && !in.DryRun && l.Enabled(context.Background(), slog.LevelDebug) {
@@ -252,6 +264,24 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		}
 	}
 	return d
+}
+
+// turnover is the cache-turnover price of placing the request on c (turnoverCost):
+// the worker's LRU holds its free and cached-unreferenced blocks, (1 − KVUsage) ×
+// BlockCapacity blocks of in.BlockSize tokens (the whole capacity when unscraped),
+// written at its decayed writes over their window, before and after this pick's
+// uncached tokens. Seconds; 0 without a known capacity.
+func (p *Predictor) turnover(in *Input, c *Candidate, writes, tau, rate float64) float64 {
+	if c.Worker == nil || in.BlockSize <= 0 {
+		return 0
+	}
+	capTok := float64(c.Worker.Profile.BlockCapacity) * float64(in.BlockSize)
+	if !c.Load.ScrapedAt.IsZero() {
+		capTok *= 1 - min(max(c.Load.KVUsage, 0), 1)
+	}
+	u := float64(max(in.PromptTokens-c.CachedTokens, 0))
+	win := windowSeconds(p.o.WriteHalfLife)
+	return turnoverCost(float64(in.PromptTokens), capTok, writes/win, (writes+u)/win, tau, rate)
 }
 
 // logDecision logs the formula's terms of the chosen worker (and the shed decision).

@@ -85,6 +85,12 @@ type Options struct {
 	// that each saw only their own writes spread by accident (Mooncake p90 3.55 s →
 	// 4.40 s with it).
 	PeerState bool
+	// CacheTurnover adds to each candidate's cost the expected re-prefill of the prompt's
+	// context if the worker's cache turns over before the context is reused: (1+κ) ×
+	// exp(−T_w/τ) × prompt tokens ÷ the worker's prefill rate, T_w = cache tokens ÷ write
+	// rate (Che's approximation of LRU), τ = the measured reuse interval of prompts
+	// (README "Cache turnover", turnover.go).
+	CacheTurnover bool
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.
