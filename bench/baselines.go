@@ -14,9 +14,10 @@ var clientPolicies = []string{"random", "round_robin"}
 // newPolicy returns scoring's policy of that name, or bench's own random/round_robin.
 // batchTokens is the simulated engines' max_num_batched_tokens, what an operator sets
 // scoring.batch_tokens to (0: scoring's default); peerState sets scoring.Options.PeerState
-// (scoring.peer_state) and cacheTurnover scoring.Options.CacheTurnover (scoring.cache_turnover).
-func newPolicy(name string, r *rand.Rand, batchTokens int, peerState, cacheTurnover bool) (scoring.Policy, error) {
-	p, err := scoring.New(name, scoring.Options{Rand: r, BatchTokens: batchTokens, PeerState: peerState, CacheTurnover: cacheTurnover})
+// (scoring.peer_state), cacheTurnover scoring.Options.CacheTurnover (scoring.cache_turnover)
+// and utilBacklog scoring.Options.UtilizationBacklog (scoring.utilization_backlog).
+func newPolicy(name string, r *rand.Rand, batchTokens int, peerState, cacheTurnover, utilBacklog bool) (scoring.Policy, error) {
+	p, err := scoring.New(name, scoring.Options{Rand: r, BatchTokens: batchTokens, PeerState: peerState, CacheTurnover: cacheTurnover, UtilizationBacklog: utilBacklog})
 	if err == nil {
 		return p, nil
 	}

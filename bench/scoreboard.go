@@ -211,6 +211,8 @@ type ScoreboardRun struct {
 	EventLag time.Duration
 	// CacheTurnover turns on kvroute's cache-turnover price in every run (VirtualOptions).
 	CacheTurnover bool
+	// UtilizationBacklog turns on ρ's backlog factor in every run (VirtualOptions).
+	UtilizationBacklog bool
 	// Log, when set, gets one line per finished run.
 	Log io.Writer
 }
@@ -283,7 +285,7 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 					if prof, err = sim.LookupProfile(r.Profile); err == nil {
 						var rs []Result
 						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: policies[j.pol], Arrivals: a,
-							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover})
+							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover, UtilizationBacklog: o.UtilizationBacklog})
 						if err == nil {
 							o2.s = Summarize(policies[j.pol], a.String(), rs, r.SLO, 0, WorkerNames(r.Workers))
 							o2.s.Results, o2.s.Seed = nil, uint64(j.seed)

@@ -81,6 +81,10 @@ type VirtualOptions struct {
 	// CacheTurnover turns on kvroute's cache-turnover price (scoring.Options.CacheTurnover,
 	// config scoring.cache_turnover; kvbench --cache-turnover).
 	CacheTurnover bool
+	// UtilizationBacklog scales kvroute's utilization ρ by offered ÷ served tokens
+	// (scoring.Options.UtilizationBacklog, config scoring.utilization_backlog; kvbench
+	// --utilization-backlog).
+	UtilizationBacklog bool
 }
 
 // VirtualQoS is a virtual run's QoS: who each request is from and its class. A request
@@ -170,7 +174,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	policy := o.PolicyImpl
 	if policy == nil {
 		var err error
-		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover); err != nil {
+		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover, o.UtilizationBacklog); err != nil {
 			return nil, err
 		}
 	}
@@ -218,7 +222,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if o.PolicyImpl != nil {
 				return nil, fmt.Errorf("bench: PolicyImpl with %d replicas", nrep)
 			}
-			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover); err != nil {
+			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover, o.UtilizationBacklog); err != nil {
 				return nil, err
 			}
 		}

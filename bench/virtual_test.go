@@ -147,7 +147,7 @@ func TestVirtualReplicasShareOrDuplicate(t *testing.T) {
 }
 
 func mustPolicy(t *testing.T) scoring.Policy {
-	p, err := newPolicy("random", rand.New(rand.NewPCG(1, 2)), 2048, false, false)
+	p, err := newPolicy("random", rand.New(rand.NewPCG(1, 2)), 2048, false, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}

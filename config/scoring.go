@@ -69,6 +69,9 @@ type Scoring struct {
 	// prefix cache turns over faster than contexts are reused (Che's approximation of LRU;
 	// off by default, scoring README "Cache turnover").
 	CacheTurnover bool `mapstructure:"cache_turnover"`
+	// UtilizationBacklog scales the utilization ρ by offered ÷ served tokens (off by
+	// default; scoring.Options.UtilizationBacklog).
+	UtilizationBacklog bool `mapstructure:"utilization_backlog"`
 
 	Baselines ScoringBaselines `mapstructure:"baselines"`
 	Scrape    Scrape           `mapstructure:"scrape"`
@@ -126,7 +129,7 @@ func (s Scoring) Options() scoring.Options {
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
 		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait, PeerState: s.PeerState,
-		CacheTurnover: s.CacheTurnover,
+		CacheTurnover: s.CacheTurnover, UtilizationBacklog: s.UtilizationBacklog,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,

@@ -44,9 +44,9 @@
 //
 // The lowest cost wins: the predicted TTFT plus, when the cluster is loaded, the delay
 // the pick's prefill imposes on later requests, κ·θ₁·U/ρ_w with κ = ρ/(1−ρ) of the
-// cluster's offered prefill utilization ρ — the model's, scaled up by offered ÷ served
-// prefill tokens when first tokens fall behind the writes (overload.go; README
-// "Overload"). Costs
+// cluster's offered prefill utilization ρ — the model's, with utilization_backlog
+// (off by default) scaled up by offered ÷ served prefill tokens when first tokens fall
+// behind the writes (overload.go; README "Overload"). Costs
 // within the near-tie margin (default 10 %, about the spread of learned factors between
 // identical workers) are broken by what the
 // TTFT of this request does not show, its cost to later ones: the least prefill work

@@ -168,7 +168,11 @@ func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) flo
 			}
 		}
 	}
-	return work / (float64(len(cands)) * windowSeconds(p.o.WriteHalfLife)) * backlogFactor(offered, served)
+	rho := work / (float64(len(cands)) * windowSeconds(p.o.WriteHalfLife))
+	if p.o.UtilizationBacklog {
+		rho *= backlogFactor(offered, served)
+	}
+	return rho
 }
 
 // Pick implements Policy: predictions for every candidate, then choose (picker.go).

@@ -202,8 +202,15 @@ func TestBacklogFactor(t *testing.T) {
 // writes run twice ahead of what was served: ρ doubles to 0.9 (κ from 0.82 to 8, the
 // cap). Once both are served it is 0.45 again; a non-streamed request counts as served
 // at its completion (reported once, TTFT 0).
+// Off (the default, Options.UtilizationBacklog false) ρ stays the model's 0.45.
 func TestUtilizationCountsTheBacklog(t *testing.T) {
-	p := NewPredictor(Options{Rand: seeded(1)}, false)
+	for _, on := range []bool{true, false} {
+		checkUtilizationBacklog(t, on)
+	}
+}
+
+func checkUtilizationBacklog(t *testing.T, on bool) {
+	p := NewPredictor(Options{Rand: seeded(1), UtilizationBacklog: on}, false)
 	n := int(0.45 * 5000 * windowSeconds(30*time.Second))
 	start := t0.Add(-time.Millisecond)
 	load := input(n)
@@ -230,6 +237,10 @@ func TestUtilizationCountsTheBacklog(t *testing.T) {
 	}
 	near("nothing served yet", util(), 0.45)
 	p.Observe(Observation{Worker: "a", PromptTokens: n, Start: start, TTFT: time.Millisecond})
+	if !on {
+		near("a served, b not, backlog factor off", util(), 0.45)
+		return
+	}
 	near("a served, b not", util(), 0.90)
 	if k := congestion(&p.o, util()); k != 8 {
 		t.Fatalf("congestion at ρ = 0.9 is 9, capped at 8; got %g", k)

@@ -83,6 +83,7 @@ func run(args []string) error {
 	speedsFlag := fs.String("worker-speeds", "", "virtual: true speed factor per worker, e.g. 1,1,2,3 (step time ÷ factor; missing = 1)")
 	var slowFlags multi
 	fs.Var(&slowFlags, "slow", "virtual: W:AT:F makes worker W (0-based) F times slower from AT, e.g. 0:2m:3 (repeatable)")
+	utilBacklog := fs.Bool("utilization-backlog", false, "virtual: kvroute scales its utilization ρ by offered ÷ served tokens (scoring.utilization_backlog)")
 	cacheTurnover := fs.Bool("cache-turnover", false, "virtual: kvroute prices the cache copy a pick loses to its worker's cache turnover (scoring.cache_turnover)")
 	knownSpeeds := fs.Bool("known-speeds", false, "virtual: the registry's worker profiles carry the true speeds (default: all configured alike)")
 	nreplicas := fs.Int("replicas", 1, "virtual: kvroute replicas, arrivals spread over them round robin (each its own index, bookings and policy state)")
@@ -136,7 +137,7 @@ func run(args []string) error {
 				sbSeeds = *nseeds
 			}
 		})
-		return runScoreboard(scoreboardArgs{cacheTurnover: *cacheTurnover, trace: *tracePath, seeds: sbSeeds, traceSeeds: *traceSeeds, rows: *rowsFlag,
+		return runScoreboard(scoreboardArgs{cacheTurnover: *cacheTurnover, utilBacklog: *utilBacklog, trace: *tracePath, seeds: sbSeeds, traceSeeds: *traceSeeds, rows: *rowsFlag,
 			parallel: *parallel, policies: *policies, lag: *lag, out: *out, doc: *doc, args: args})
 	}
 	if *nseeds < 1 {
@@ -212,7 +213,7 @@ func run(args []string) error {
 			p = *policies
 		}
 		rows, err := bench.RunQoS(*qos, arrs[0].Apply(w), bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: arrs[0],
-			Seed: *seed, EventLag: *lag, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover}, *qosShare, *qosObjective, *qosMaxQueue)
+			Seed: *seed, EventLag: *lag, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog}, *qosShare, *qosObjective, *qosMaxQueue)
 		if err != nil {
 			return err
 		}
@@ -262,7 +263,7 @@ func run(args []string) error {
 				for _, p := range names {
 					bar.Start(fmt.Sprintf("%s %s seed %d", a, p, sd))
 					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
-						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover,
+						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog,
 						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval,
 						ExchangeSync: *exSync, PeerState: *peerState})
 					if err != nil {
@@ -444,6 +445,7 @@ type scoreboardArgs struct {
 	policies          string
 	lag               time.Duration
 	cacheTurnover     bool
+	utilBacklog       bool
 	out, doc          string
 	args              []string
 }
@@ -466,7 +468,7 @@ func runScoreboard(a scoreboardArgs) error {
 		return err
 	}
 	start := time.Now()
-	res, err := bench.RunScoreboard(rows, bench.ScoreboardRun{Policies: pols, Parallel: a.parallel, EventLag: a.lag, CacheTurnover: a.cacheTurnover, Log: os.Stderr})
+	res, err := bench.RunScoreboard(rows, bench.ScoreboardRun{Policies: pols, Parallel: a.parallel, EventLag: a.lag, CacheTurnover: a.cacheTurnover, UtilizationBacklog: a.utilBacklog, Log: os.Stderr})
 	if err != nil {
 		return err
 	}
