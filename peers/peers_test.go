@@ -79,11 +79,17 @@ func prompt(n int) *request.Request {
 	return &request.Request{API: request.APICompletions, Model: "m", PromptTokenIDs: [][]uint32{ids}}
 }
 
-func TestBookingsAndPrefixesReachPeers(t *testing.T) {
-	a := startReplica(t, "a", 5*time.Second)
-	b := startReplica(t, "b", 5*time.Second)
+// peeredPair starts replicas "a" and "b" (5 s silence timeout), each the other's peer.
+func peeredPair(t *testing.T) (a, b *replica) {
+	a = startReplica(t, "a", 5*time.Second)
+	b = startReplica(t, "b", 5*time.Second)
 	a.peer(b.addr)
 	b.peer(a.addr)
+	return a, b
+}
+
+func TestBookingsAndPrefixesReachPeers(t *testing.T) {
+	a, b := peeredPair(t)
 
 	tk, err := a.r.Pick(context.Background(), prompt(320), router.PickOptions{})
 	if err != nil {
@@ -242,10 +248,7 @@ func TestSelfTargetStops(t *testing.T) {
 // A peer's first-token and finish times reach the receiver (millisecond precision),
 // merged per worker with its bookings.
 func TestLeftTimesReachPeers(t *testing.T) {
-	a := startReplica(t, "a", 5*time.Second)
-	b := startReplica(t, "b", 5*time.Second)
-	a.peer(b.addr)
-	b.peer(a.addr)
+	a, b := peeredPair(t)
 	tk, err := a.r.Pick(context.Background(), prompt(320), router.PickOptions{})
 	if err != nil {
 		t.Fatal(err)
