@@ -54,7 +54,7 @@ demo: build
 	@scripts/demo.sh
 
 # Virtual-time scoreboard: kvroute ÷ best peer on every issue-12 workload, all policies,
-# 5 seeds where seed-sensitive; regenerates BENCHMARKS.md's scoreboard section (BENCH_DOC= to skip).
+# 15 seeds where seed-sensitive; regenerates BENCHMARKS.md's scoreboard section (BENCH_DOC= to skip).
 bench: build
 	@scripts/bench.sh
 

@@ -3,7 +3,7 @@
 # Every workload of bench.ScoreboardRows — shared prefix uniform and hot (Zipf 1.2) at
 # 1-4 req/s, multi-turn light to saturated, the Mooncake trace at 1x/2x/3x (when
 # $TRACE exists), a heterogeneous pool, a mid-run slowdown, the GuideLLM-like closed
-# loop — with every policy, 5 seeds where seed-sensitive. Prints kvroute / best peer per
+# loop — with every policy, 5 seeds (15 where seed-sensitive). Prints kvroute / best peer per
 # row, writes bench-out/scoreboard.{md,json}, and regenerates the scoreboard section of
 # BENCHMARKS.md between its markers (BENCH_DOC= to leave it alone).
 # Knobs: BENCH_ROWS (regexp of row keys), BENCH_SEEDS (override every row's seeds),
