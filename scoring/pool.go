@@ -62,11 +62,7 @@ func (p *Predictor) effective(wm *workerModel, now time.Time) [NumTerms]float64 
 	if wm == nil || wm.est.n == 0 {
 		return th
 	}
-	w, l := wm.gate.weights(), p.learned(wm, now)
-	for t := range th {
-		th[t] += w[t] * (l[t] - th[t])
-	}
-	return th
+	return combine(th, p.learned(wm, now), wm.gate.weights())
 }
 
 // poolFactors is the pool's factors gated by the pool's weight.
