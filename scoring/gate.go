@@ -14,7 +14,9 @@ import "math"
 //
 //	θ_used,t = θ_b,t + w_t·(θ_t − θ_b,t)
 //
-// with w the least-squares combination weights of the forecasts (Bates & Granger 1969,
+// (for a term priced at another's rate, the queue at the prefill's, the rate's weight
+// carries the rate's part: rateOf, departures, combine) with w the least-squares
+// combination weights of the forecasts (Bates & Granger 1969,
 // "The combination of forecasts", Oper. Res. Q. 20(4); one weight per term, as in
 // forecast-encompassing regressions): regress the baseline's error e = y − ŷ_b on the
 // departures d through the origin, with exponential forgetting λ (gateForgetting),
