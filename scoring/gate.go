@@ -14,7 +14,9 @@ import "math"
 //
 //	θ_used,t = θ_b,t + w_t·(θ_t − θ_b,t)
 //
-// with w the least-squares combination weights of the forecasts (Bates & Granger 1969,
+// (for a term priced at another's rate, the queue at the prefill's, the rate's weight
+// carries the rate's part: rateOf, departures, combine) with w the least-squares
+// combination weights of the forecasts (Bates & Granger 1969,
 // "The combination of forecasts", Oper. Res. Q. 20(4); one weight per term, as in
 // forecast-encompassing regressions): regress the baseline's error e = y − ŷ_b on the
 // departures d through the origin, with exponential forgetting λ (gateForgetting),
@@ -189,21 +191,59 @@ func (g *gate) compute() [NumTerms]float64 {
 	return w
 }
 
-// departures is d_t = (θ_t − base_t)·z_t per term, seconds.
+// rateOf names, per term, the term whose rate its feature is priced at (−1: its own).
+// The queue's feature is the prefill work queued ahead at the prior's prefill rate
+// (model.go), so a learned prefill rate is also the queue's: the gate scores the queue
+// factor's departure from the prefill factor's, and the prefill factor's departure on
+// both features. Gated separately, a learned prefill rate that entered while the
+// queue's did not made queued prefill cheaper than one's own (Mooncake 1×: prefill
+// 1.29, queue 1.0; BENCHMARKS.md "Learning that can only help").
+var rateOf = [NumTerms]Term{TermOverhead: -1, TermPrefill: -1, TermQueue: TermPrefill, TermLowerTier: -1, TermDecode: -1}
+
+// departures is the learned prediction's departure from the baseline's per term,
+// seconds: d_t = (θ_t − base_t)·z_t for a term with its own rate; a rate shared with
+// another term (rateOf) departs on both features and the term by the rest,
+//
+//	d_r = (θ_r − base_r)·(z_r + Σ_(t: rateOf t = r) z_t)
+//	d_t = ((θ_t − base_t) − (θ_r − base_r))·z_t
+//
+// Σ_t d_t = (θ − base)·z either way.
 func departures(theta, base *[NumTerms]float64, z Features) [NumTerms]float64 {
 	var d [NumTerms]float64
 	for t := range d {
-		d[t] = (theta[t] - base[t]) * z[t]
+		dt := theta[t] - base[t]
+		if r := rateOf[t]; r >= 0 {
+			dr := theta[r] - base[r]
+			d[r] += dr * z[t]
+			dt -= dr
+		}
+		d[t] += dt * z[t]
 	}
 	return d
 }
 
-// gated returns 1 + w_t·(θ_t − 1) per term.
-func gated(theta, w [NumTerms]float64) [NumTerms]float64 {
-	for t := range theta {
-		theta[t] = 1 + w[t]*(theta[t]-1)
+// combine returns the factors the weights w of the departures admit between base and
+// theta: θ_used·z = base·z + Σ_t w_t·d_t (departures), i.e.
+//
+//	θ_used,t = base_t + w_t·(θ_t − base_t)                                  own rate
+//	θ_used,t = base_t + w_r·(θ_r − base_r) + w_t·((θ_t − base_t) − (θ_r − base_r))
+func combine(base, theta, w [NumTerms]float64) [NumTerms]float64 {
+	u := base
+	for t := range u {
+		dt := theta[t] - base[t]
+		if r := rateOf[t]; r >= 0 {
+			dr := theta[r] - base[r]
+			u[t] += w[r] * dr
+			dt -= dr
+		}
+		u[t] += w[t] * dt
 	}
-	return theta
+	return u
+}
+
+// gated returns the factors w admits between the prior (1) and theta (combine).
+func gated(theta, w [NumTerms]float64) [NumTerms]float64 {
+	return combine(unitTheta, theta, w)
 }
 
 // dot is Σ θ_t·z_t, seconds.

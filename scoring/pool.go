@@ -53,6 +53,7 @@ func (wm *workerModel) decay(now time.Time, halfLife time.Duration) float64 {
 //	θ_b    = 1 + w_pool·(θ̄ − 1)
 //	θ_used = θ_b + w_w·(θ_eff − θ_b)
 //
+// (per term; the queue's rate is the prefill's, gate.go combine),
 // so a correction every worker needs is decided once, on every worker's observations,
 // and only a worker whose own factors have predicted better than the baseline keeps
 // them (a GPU twice as slow; or every worker of a pool whose workers differ so much
@@ -62,11 +63,7 @@ func (p *Predictor) effective(wm *workerModel, now time.Time) [NumTerms]float64 
 	if wm == nil || wm.est.n == 0 {
 		return th
 	}
-	w, l := wm.gate.weights(), p.learned(wm, now)
-	for t := range th {
-		th[t] += w[t] * (l[t] - th[t])
-	}
-	return th
+	return combine(th, p.learned(wm, now), wm.gate.weights())
 }
 
 // poolFactors is the pool's factors gated by the pool's weight.
