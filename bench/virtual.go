@@ -551,15 +551,7 @@ func (r *replicaState) apply(si int, local []router.WorkerBookings) {
 	for _, per := range r.from {
 		for w, im := range per {
 			b := sum[w]
-			b.Requests += im.booked.Requests
-			b.Prefilling += im.booked.Prefilling
-			b.PrefillTokens += im.booked.PrefillTokens
-			b.Decoding += im.booked.Decoding
-			b.FirstTokens = append(b.FirstTokens, im.firstTokens...)
-			b.Finished = append(b.Finished, im.finish...)
-			if im.writes.Tokens > 0 {
-				b.Writes = append(b.Writes, im.writes)
-			}
+			b.Add(im.booked, im.firstTokens, im.finish, im.writes)
 			sum[w] = b
 		}
 	}

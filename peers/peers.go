@@ -560,10 +560,7 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 		im.booked, im.oldest = ws.Booked, ws.OldestPrefill
 		im.firstTokens, im.finish = ws.FirstTokens, ws.Finished
 		im.writes = router.PeerWrites{Tokens: ws.Writes, At: s.Sent}
-		p.total.Requests += ws.Booked.Requests
-		p.total.Prefilling += ws.Booked.Prefilling
-		p.total.PrefillTokens += ws.Booked.PrefillTokens
-		p.total.Decoding += ws.Booked.Decoding
+		p.total.AddShared(ws.Booked)
 		m.importKeys(ws.Worker, im, ws.Keys)
 	}
 	for name := range p.workers {
@@ -640,15 +637,7 @@ func (m *Manager) publishLocked() {
 	for _, p := range m.peers {
 		for name, im := range p.workers {
 			b := sum[name]
-			b.Requests += im.booked.Requests
-			b.Prefilling += im.booked.Prefilling
-			b.PrefillTokens += im.booked.PrefillTokens
-			b.Decoding += im.booked.Decoding
-			b.FirstTokens = append(b.FirstTokens, im.firstTokens...)
-			b.Finished = append(b.Finished, im.finish...)
-			if im.writes.Tokens > 0 {
-				b.Writes = append(b.Writes, im.writes)
-			}
+			b.Add(im.booked, im.firstTokens, im.finish, im.writes)
 			sum[name] = b
 			total += im.booked.Requests
 		}

@@ -53,6 +53,18 @@ type PeerWorker struct {
 	Writes []PeerWrites
 }
 
+// Add merges one peer's report for the worker into w: its bookings (Booked.AddShared),
+// first-token and finish times, and its decayed writes when it reported any. The
+// receiver (package peers) and kvbench's virtual replicas sum every peer's this way.
+func (w *PeerWorker) Add(b scoring.Booked, firstTokens, finished []time.Time, writes PeerWrites) {
+	w.Booked.AddShared(b)
+	w.FirstTokens = append(w.FirstTokens, firstTokens...)
+	w.Finished = append(w.Finished, finished...)
+	if writes.Tokens > 0 {
+		w.Writes = append(w.Writes, writes)
+	}
+}
+
 // PeerWrites is one peer's decayed cache writes to a worker, tokens, as of At.
 type PeerWrites struct {
 	Tokens float64
@@ -250,11 +262,7 @@ func addPeer(c *scoring.Candidate, peers *map[string]PeerWorker, now time.Time, 
 	if !ok {
 		return
 	}
-	b := &c.Booked
-	b.Requests += p.Requests
-	b.PrefillTokens += p.PrefillTokens
-	b.Prefilling += p.Prefilling
-	b.Decoding += p.Decoding
+	c.Booked.AddShared(p.Booked)
 	if !c.Load.ScrapedAt.IsZero() {
 		c.PeerLeft = scoring.Left{Waiting: countAfter(p.FirstTokens, c.Load.ScrapedAt), Running: countAfter(p.Finished, c.Load.ScrapedAt)}
 	}

@@ -18,6 +18,15 @@ type Booked struct {
 	Unsized       int `json:"unsized"`        // of Prefilling: booked without a known prompt size (token-less, degraded)
 }
 
+// AddShared adds o's Requests, PrefillTokens, Prefilling and Decoding to b: the counts
+// replicas exchange (package peers). Unsized is not exchanged and stays b's own.
+func (b *Booked) AddShared(o Booked) {
+	b.Requests += o.Requests
+	b.PrefillTokens += o.PrefillTokens
+	b.Prefilling += o.Prefilling
+	b.Decoding += o.Decoding
+}
+
 // Candidate is one worker that can serve the request, with everything known about it
 // at pick time.
 type Candidate struct {
