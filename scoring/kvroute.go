@@ -160,8 +160,10 @@ func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) flo
 				// O/S from this replica's own picks (peers' served tokens are not
 				// shared; with peer_state their writes add to the work only).
 				w := wm.writes.at(in.Now, p.o.WriteHalfLife)
-				offered += w
-				served += wm.served.at(in.Now, p.o.WriteHalfLife)
+				if p.o.UtilizationBacklog {
+					offered += w
+					served += wm.served.at(in.Now, p.o.WriteHalfLife)
+				}
 				if st[i].rate > 0 {
 					work += (w + p.peerWrites(c)) / st[i].rate
 				}
