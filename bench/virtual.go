@@ -551,7 +551,7 @@ func (r *replicaState) apply(si int, local []router.WorkerBookings) {
 	for _, per := range r.from {
 		for w, im := range per {
 			b := sum[w]
-			b.Add(im.booked, im.firstTokens, im.finish, im.writes)
+			b.Add(im.booked, im.firstTokens, im.finish, im.writes, im.Reported())
 			sum[w] = b
 		}
 	}

@@ -79,13 +79,46 @@ func TestArrivals(t *testing.T) {
 	if rate := float64(len(p1.Items)-1) / last; math.Abs(rate-4) > 0.4 {
 		t.Errorf("poisson mean rate %.2f, want ~4", rate)
 	}
-	for _, bad := range []string{"constant:0", "poisson:x", "streams:-1", "bursty:3", "constant"} {
+	for _, bad := range []string{"constant:0", "poisson:x", "streams:-1", "bursty:3", "constant", "trace:-1s", "trace:3"} {
 		if _, err := ParseArrivals(bad, 1); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
 	if a, err := ParseArrivals("streams:8", 1); err != nil || a.Streams != 8 || a.String() != "streams:8" {
 		t.Errorf("streams:8 → %+v %v", a, err)
+	}
+}
+
+// trace:D delays each trace arrival by a seeded uniform draw in [0, D): a trace rounded
+// to 3 s (all arrivals at 0 or 3 s) comes out spread over [0, 3 s) and [3 s, 6 s),
+// the same for the same seed; plain trace keeps the times.
+func TestTraceArrivalSpread(t *testing.T) {
+	w := &Workload{}
+	for i := range 200 {
+		w.Items = append(w.Items, Item{Conv: -1, At: time.Duration(i/100) * 3 * time.Second})
+	}
+	a, err := ParseArrivals("trace:3s", 7)
+	if err != nil || a.Spread != 3*time.Second || a.String() != "trace:3s" {
+		t.Fatalf("trace:3s → %+v %v", a, err)
+	}
+	got := a.Apply(w)
+	distinct := map[time.Duration]bool{}
+	for i, it := range got.Items {
+		lo := w.Items[i].At
+		if it.At < lo || it.At >= lo+3*time.Second {
+			t.Fatalf("item %d at %v, want in [%v, %v)", i, it.At, lo, lo+3*time.Second)
+		}
+		distinct[it.At] = true
+	}
+	if len(distinct) < 190 {
+		t.Errorf("%d distinct arrival times of 200, want them spread", len(distinct))
+	}
+	if again := a.Apply(w); !reflect.DeepEqual(again, got) {
+		t.Error("trace spread not deterministic by seed")
+	}
+	plain, _ := ParseArrivals("trace", 7)
+	if same := plain.Apply(w); !reflect.DeepEqual(same.Items, w.Items) || plain.String() != "trace" {
+		t.Error("plain trace arrivals changed the trace's times")
 	}
 }
 

@@ -62,8 +62,8 @@ type Scoring struct {
 	// (off by default: a positive feedback in deep queues, scoring README "Overload").
 	EvictDuringWait bool `mapstructure:"evict_during_wait"`
 	// PeerState counts peer replicas' requests that left a worker since its scrape and
-	// their cache writes there (off by default: herds within an exchange interval,
-	// scoring.Options.PeerState).
+	// their cache writes there (off by default: same-instant picks on different replicas
+	// then agree and collide, BENCHMARKS.md "Replicas"; scoring.Options.PeerState).
 	PeerState bool `mapstructure:"peer_state"`
 	// CacheTurnover prices the expected re-prefill of a prompt's context on a worker whose
 	// prefix cache turns over faster than contexts are reused (Che's approximation of LRU;

@@ -448,13 +448,10 @@ func TestReplicaProcesses(t *testing.T) {
 // checkShared asserts the sharing replicas prefilled no more often than one replica
 // did (one more allowed: a request routed within the exchange's first interval).
 //
-// Load spread is logged, and asserted (no worker above twice its fair share) only with
-// KVROUTE_REPLICA_SPREAD=1, because today it fails at random — an open defect, not
-// noise: one replica spreads the burst 30/30/30/30; sharing replicas have given, through
-// the proxy, 38/38/38/6, 46/26/46/2, 55/7/55/3 and through the stand-in 25/28/33/34 and
-// 114/2/2/2. Peers' bookings arrive up to one exchange interval late and every replica
-// reacts to the same imported view within a burst, so they herd onto one worker.
-// BENCHMARKS.md "Replicas" records it.
+// Load spread is asserted: no worker above twice its fair share. Sharing replicas
+// used to herd (through the proxy 38/38/38/6, 46/26/46/2, 55/7/55/3; through the
+// stand-in 114/2/2/2) while a receiver counted every peer's cold prefill of the
+// prefix on a worker in full (router.PeerWorker.DuplicateBlocks).
 //
 // Blind replicas are logged, not asserted against: on 4 idle workers a simultaneous
 // burst is spread over every worker by one replica too (queueing behind a booked
@@ -480,12 +477,7 @@ func checkShared(t *testing.T, one, shared burstStats) {
 		return m
 	}
 	if fair := replicaBurstRequests / len(shared.perWorker); maxOf(shared.perWorker) > 2*fair {
-		msg := fmt.Sprintf("sharing replicas piled %v on the workers (fair share %d), one replica %v", shared.perWorker, fair, one.perWorker)
-		if os.Getenv("KVROUTE_REPLICA_SPREAD") == "1" {
-			t.Error(msg)
-		} else {
-			t.Log("known defect (KVROUTE_REPLICA_SPREAD=1 asserts it): " + msg)
-		}
+		t.Errorf("sharing replicas piled %v on the workers (fair share %d), one replica %v", shared.perWorker, fair, one.perWorker)
 	}
 }
 

@@ -146,6 +146,7 @@ type imported struct {
 // (Manager) and kvbench's virtual replicas keep one per peer × worker.
 type KeyImport struct {
 	keys     map[kvindex.Key]struct{}
+	list     []kvindex.Key // keys, in reported order
 	bookings []kvindex.Booking
 }
 
@@ -158,16 +159,19 @@ type KeyImport struct {
 // confirmed entries out. Returns how many keys were new.
 func (im *KeyImport) Update(ix Index, worker string, keys []kvindex.Key) int {
 	next := make(map[kvindex.Key]struct{}, len(keys))
+	list := make([]kvindex.Key, 0, len(keys))
 	var fresh []kvindex.Key
 	for _, k := range keys {
+		if _, dup := next[k]; dup {
+			continue
+		}
 		if _, ok := im.keys[k]; !ok {
-			if _, dup := next[k]; !dup {
-				fresh = append(fresh, k)
-			}
+			fresh = append(fresh, k)
 		}
 		next[k] = struct{}{}
+		list = append(list, k)
 	}
-	im.keys = next
+	im.keys, im.list = next, list
 	if ix == nil {
 		return len(fresh)
 	}
@@ -192,6 +196,10 @@ func (im *KeyImport) Update(ix Index, worker string, keys []kvindex.Key) int {
 
 // Keys is the number of keys last reported.
 func (im *KeyImport) Keys() int { return len(im.keys) }
+
+// Reported returns the keys last reported, deduplicated, in reported order (what
+// router.PeerWorker.Add takes); not to be modified.
+func (im *KeyImport) Reported() []kvindex.Key { return im.list }
 
 // New returns a Manager; Run starts it.
 func New(o Options) (*Manager, error) {
@@ -637,7 +645,7 @@ func (m *Manager) publishLocked() {
 	for _, p := range m.peers {
 		for name, im := range p.workers {
 			b := sum[name]
-			b.Add(im.booked, im.firstTokens, im.finish, im.writes)
+			b.Add(im.booked, im.firstTokens, im.finish, im.writes, im.Reported())
 			sum[name] = b
 			total += im.booked.Requests
 		}

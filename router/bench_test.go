@@ -88,3 +88,60 @@ func cpuTime() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkSetPeerBookings is what a received peer summary costs the receiver's router:
+// 8 workers, each with 2 peers reporting 250 block keys being prefilled (a new
+// 4,000-token prefix at block size 16) and 64 of this replica's own prefilling requests
+// whose speculative entries overlap them — the duplicate count
+// (PeerWorker.DuplicateBlocks) walks every key once. One op = one SetPeerBookings.
+func BenchmarkSetPeerBookings(b *testing.B) {
+	const nw, peers, keys, own = 8, 2, 250, 64
+	reg := workers.NewRegistry()
+	ws := make([]*workers.Worker, nw)
+	for i := range ws {
+		ws[i] = &workers.Worker{Name: fmt.Sprintf("w%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{"m"}}
+	}
+	reg.Set(ws)
+	idx := kvindex.New(kvindex.Options{SpeculativeTTL: time.Hour})
+	rr, err := scoring.New(scoring.PolicyRoundRobin, scoring.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := router.New(router.Options{Registry: reg, Index: idx, Policy: rr, Metrics: metrics.NewUnregistered(),
+		Models: []router.Model{{Name: "m", BlockSize: 16}}})
+	ctx := context.Background()
+	prefix := func(w int) []uint32 {
+		ids := make([]uint32, keys*16)
+		for i := range ids {
+			ids[i] = uint32(w*1_000_003 + i)
+		}
+		return ids
+	}
+	for i := range own { // round robin: 8 per worker, each worker's own prefix
+		ids := append(prefix(i%nw), uint32(i)) // the first request books the prefix
+		tk, err := rt.Pick(ctx, &request.Request{API: request.APICompletions, Model: "m", PromptTokenIDs: [][]uint32{ids}}, router.PickOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tk.Done(200, response.Usage{}, time.Time{})
+	}
+	reports := make([][]kvindex.Key, nw)
+	for w := range reports {
+		reports[w] = kvindex.HashBlocks(kvindex.Namespace{Model: "m"}.Seed(), prefix(w), 16, nil)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m := make(map[string]router.PeerWorker, nw)
+		for w := range nw {
+			var p router.PeerWorker
+			for range peers {
+				p.Add(scoring.Booked{Requests: 4, Prefilling: 4, PrefillTokens: 4 * keys * 16}, nil, nil, router.PeerWrites{}, reports[w])
+			}
+			m[ws[w].Name] = p
+		}
+		rt.SetPeerBookings(m)
+	}
+	if d := rt.PeerBookings()["w0"].DuplicateBlocks; d != 2*keys {
+		b.Fatalf("w0 duplicate blocks %d, want %d (both peers' keys are own ones)", d, 2*keys)
+	}
+}

@@ -51,17 +51,35 @@ type PeerWorker struct {
 	// Writes are the peers' decayed cache writes to the worker, one per peer, each at
 	// the time it reported it (WorkerBookings.Writes, WritesAt).
 	Writes []PeerWrites
+	// DuplicateBlocks counts the blocks peers report as being prefilled on the worker
+	// (WorkerBookings.Keys) that this replica, or a peer merged before, is prefilling
+	// there too, once per extra copy. Set by SetPeerBookings. Replicas that picked the
+	// worker for one new prefix within the same exchange lag each booked its prefill in
+	// full, but the engine computes a block once: a request queued behind another
+	// prefilling the same prefix finds its blocks cached when it is scheduled (vLLM's
+	// prefix cache, vllm/v1/core/kv_cache_manager.py get_computed_blocks) — what one
+	// replica assumes of its own second pick, which sees the first's speculative
+	// entries. The pick counts DuplicateBlocks × block size tokens less of the peers'
+	// Booked.PrefillTokens (never below 0).
+	DuplicateBlocks int
+
+	keys [][]kvindex.Key // each merged peer's reported keys (Add), for SetPeerBookings
 }
 
 // Add merges one peer's report for the worker into w: its bookings (Booked.AddShared),
-// first-token and finish times, and its decayed writes when it reported any. The
-// receiver (package peers) and kvbench's virtual replicas sum every peer's this way.
-func (w *PeerWorker) Add(b scoring.Booked, firstTokens, finished []time.Time, writes PeerWrites) {
+// first-token and finish times, its decayed writes when it reported any, and the block
+// keys it is prefilling there (deduplicated, as WorkerBookings.Keys; kept by reference,
+// not to be modified), which SetPeerBookings counts into DuplicateBlocks. The receiver
+// (package peers) and kvbench's virtual replicas sum every peer's this way.
+func (w *PeerWorker) Add(b scoring.Booked, firstTokens, finished []time.Time, writes PeerWrites, keys []kvindex.Key) {
 	w.Booked.AddShared(b)
 	w.FirstTokens = append(w.FirstTokens, firstTokens...)
 	w.Finished = append(w.Finished, finished...)
 	if writes.Tokens > 0 {
 		w.Writes = append(w.Writes, writes)
+	}
+	if len(keys) > 0 {
+		w.keys = append(w.keys, keys)
 	}
 }
 
@@ -117,9 +135,73 @@ func (r *Router) SetPeerBookings(m map[string]PeerWorker) {
 	if len(m) == 0 {
 		r.peerBooked.Store(nil)
 	} else {
+		r.countDuplicates(m)
 		r.peerBooked.Store(&m)
 	}
 	r.capacityFreed() // a peer's booking may have ended: a waiting request may now fit
+}
+
+// countDuplicates sets each entry's DuplicateBlocks: per worker, the peers' reported
+// keys already seen — among this replica's prefilling requests' speculative entries
+// there (the keys LocalBookings reports) or an earlier-merged peer's — counted once
+// per repeat. O(keys); r.mu is held only to list the prefilling tickets.
+func (r *Router) countDuplicates(m map[string]PeerWorker) {
+	var any bool
+	for _, p := range m {
+		if len(p.keys) > 0 {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return
+	}
+	type spec struct {
+		worker string
+		b      *kvindex.Booking
+	}
+	var own []spec
+	r.mu.Lock()
+	for _, t := range r.tickets {
+		if !t.firstAt.IsZero() || len(m[t.Worker].keys) == 0 {
+			continue
+		}
+		if b := t.spec.Load(); b != nil {
+			own = append(own, spec{t.Worker, b})
+		}
+	}
+	r.mu.Unlock()
+	seen := make(map[string]map[kvindex.Key]struct{}, len(m))
+	for _, o := range own {
+		set := seen[o.worker]
+		if set == nil {
+			set = make(map[kvindex.Key]struct{})
+			seen[o.worker] = set
+		}
+		for _, k := range o.b.Keys() {
+			set[k] = struct{}{}
+		}
+	}
+	for name, p := range m {
+		if len(p.keys) == 0 {
+			continue
+		}
+		set := seen[name]
+		if set == nil {
+			set = make(map[kvindex.Key]struct{})
+		}
+		p.DuplicateBlocks = 0
+		for _, keys := range p.keys {
+			for _, k := range keys {
+				if _, dup := set[k]; dup {
+					p.DuplicateBlocks++
+				} else {
+					set[k] = struct{}{}
+				}
+			}
+		}
+		m[name] = p
+	}
 }
 
 // PeerBookings returns what SetPeerBookings last stored (nil none); not to be modified.
@@ -234,12 +316,12 @@ func (r *Router) LocalBookings(maxKeys int) []WorkerBookings {
 // bookedLocked sets what a pick sees as c's bookings: this replica's own plus the
 // peers', and the peers' requests that left c after its scrape. Caller holds r.mu (for
 // the flight).
-func (r *Router) bookedLocked(c *scoring.Candidate, now time.Time) {
+func (r *Router) bookedLocked(c *scoring.Candidate, now time.Time, blockSize int) {
 	c.Booked = scoring.Booked{}
 	if f := r.flights[c.Worker.Name]; f != nil {
 		c.Booked = f.booked
 	}
-	addPeer(c, r.peerBooked.Load(), now, r.writeHalfLife())
+	addPeer(c, r.peerBooked.Load(), now, r.writeHalfLife(), blockSize)
 }
 
 // writeHalfLife is the policy's write half-life (scoring.WriteSharer); 0 none.
@@ -250,10 +332,10 @@ func (r *Router) writeHalfLife() time.Duration {
 	return 0
 }
 
-// addPeer adds the peers' bookings on c's worker to c.Booked, sets c.PeerLeft from
-// their first-token and finish times after c.Load.ScrapedAt, and c.PeerWrites from
-// their writes decayed to now.
-func addPeer(c *scoring.Candidate, peers *map[string]PeerWorker, now time.Time, halfLife time.Duration) {
+// addPeer adds the peers' bookings on c's worker to c.Booked (their prefill tokens less
+// DuplicateBlocks × blockSize tokens), sets c.PeerLeft from their first-token and
+// finish times after c.Load.ScrapedAt, and c.PeerWrites from their writes decayed to now.
+func addPeer(c *scoring.Candidate, peers *map[string]PeerWorker, now time.Time, halfLife time.Duration, blockSize int) {
 	c.PeerLeft, c.PeerWrites = scoring.Left{}, 0
 	if peers == nil {
 		return
@@ -263,6 +345,7 @@ func addPeer(c *scoring.Candidate, peers *map[string]PeerWorker, now time.Time, 
 		return
 	}
 	c.Booked.AddShared(p.Booked)
+	c.Booked.PrefillTokens -= min(p.DuplicateBlocks*max(blockSize, 0), max(p.Booked.PrefillTokens, 0))
 	if !c.Load.ScrapedAt.IsZero() {
 		c.PeerLeft = scoring.Left{Waiting: countAfter(p.FirstTokens, c.Load.ScrapedAt), Running: countAfter(p.Finished, c.Load.ScrapedAt)}
 	}

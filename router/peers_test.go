@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers"
@@ -125,5 +126,106 @@ func TestPeerLeftAndWrites(t *testing.T) {
 	}
 	if math.Abs(c.PeerWrites-1000) > 1e-6 { // 1000 × ½ + 500
 		t.Errorf("PeerWrites %v, want 1000", c.PeerWrites)
+	}
+}
+
+// Replicas that put the same new prefix on one worker before either's summary reached
+// the other each booked its prefill in full; the engine computes those blocks once. A
+// receiver counts the peers' reported keys that its own prefilling requests there (or
+// a peer merged before) also created as DuplicateBlocks, and a pick sees the peers'
+// prefill tokens less those blocks; keys of another prefix, or on another worker, are
+// not discounted.
+func TestPeerDuplicatePrefillCountedOnce(t *testing.T) {
+	newReplica := func() *Router {
+		reg := workers.NewRegistry()
+		reg.Set([]*workers.Worker{{Name: "w0", Address: "10.0.0.1:8000", Models: []string{"m"}},
+			{Name: "w1", Address: "10.0.0.2:8000", Models: []string{"m"}}})
+		ix := kvindex.New(kvindex.Options{SpeculativeTTL: time.Hour})
+		return New(Options{Registry: reg, Index: ix, Policy: &alternatePolicy{}, Metrics: metrics.NewUnregistered(),
+			Models: []Model{{Name: "m", BlockSize: 16}}})
+	}
+	ctx := context.Background()
+	pick := func(r *Router, req *request.Request, worker string) *Ticket {
+		t.Helper()
+		tk, err := r.Pick(ctx, req, PickOptions{SubsetHint: true, Subset: []string{map[string]string{"w0": "10.0.0.1:8000", "w1": "10.0.0.2:8000"}[worker]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tk.Done(200, response.Usage{}, time.Time{}) })
+		if tk.Worker != worker {
+			t.Fatalf("picked %s, want %s", tk.Worker, worker)
+		}
+		return tk
+	}
+	a, b, c := newReplica(), newReplica(), newReplica()
+	prefix := promptOf(160, 7) // 10 blocks, each booked as a speculative entry
+	pick(a, prefix, "w0")
+	pick(b, prefix, "w0") // blind to a: a second cold prefill of the same blocks
+	pick(c, prefix, "w0")
+	pick(b, promptOf(160, 8), "w1") // another prefix on another worker
+	report := func(from *Router) map[string]WorkerBookings {
+		out := map[string]WorkerBookings{}
+		for _, wb := range from.LocalBookings(1000) {
+			out[wb.Worker] = wb
+		}
+		return out
+	}
+	rb, rc := report(b), report(c)
+	n := len(rb["w0"].Keys)
+	if n < 9 || n != len(rc["w0"].Keys) || rb["w0"].Booked.PrefillTokens != 160 {
+		t.Fatalf("b reports w0 %+v keys %d (c %d), want 160 prefill tokens and the prefix's 9–10 blocks from both", rb["w0"].Booked, n, len(rc["w0"].Keys))
+	}
+	booked := func(r *Router, worker string) scoring.Booked {
+		t.Helper()
+		ex, err := r.Explain(ctx, promptOf(64, 9), PickOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cd := range ex.Candidates {
+			if cd.Worker.Name == worker {
+				return cd.Booked
+			}
+		}
+		t.Fatalf("no candidate %s", worker)
+		return scoring.Booked{}
+	}
+	// a hears b: b's 9 blocks on w0 are a's own in-flight ones; w1 is b's alone
+	m := map[string]PeerWorker{}
+	for name, wb := range rb {
+		p := m[name]
+		p.Add(wb.Booked, nil, nil, PeerWrites{}, wb.Keys)
+		m[name] = p
+	}
+	a.SetPeerBookings(m)
+	if got := a.PeerBookings()["w0"].DuplicateBlocks; got != n {
+		t.Errorf("w0 duplicate blocks %d, want %d", got, n)
+	}
+	if got := booked(a, "w0"); got.PrefillTokens != 2*160-n*16 || got.Prefilling != 2 || got.Requests != 2 {
+		t.Errorf("a's view of w0 %+v, want 2 prefilling, %d prefill tokens (b's blocks are a's)", got, 2*160-n*16)
+	}
+	if got := booked(a, "w1"); got.PrefillTokens != 160 || a.PeerBookings()["w1"].DuplicateBlocks != 0 {
+		t.Errorf("a's view of w1 %+v, want b's 160 prefill tokens in full", got)
+	}
+	// a hears b and c: c's copy duplicates b's too (counted against the merged one)
+	m = map[string]PeerWorker{}
+	for _, rep := range []map[string]WorkerBookings{rb, rc} {
+		for name, wb := range rep {
+			p := m[name]
+			p.Add(wb.Booked, nil, nil, PeerWrites{}, wb.Keys)
+			m[name] = p
+		}
+	}
+	a.SetPeerBookings(m)
+	if got := a.PeerBookings()["w0"].DuplicateBlocks; got != 2*n {
+		t.Errorf("w0 duplicate blocks with two peers %d, want %d", got, 2*n)
+	}
+	if got := booked(a, "w0"); got.PrefillTokens != 3*160-2*n*16 {
+		t.Errorf("a's view of w0 with two peers %+v, want %d prefill tokens", got, 3*160-2*n*16)
+	}
+	// a fresh replica with nothing of its own hears b and c: one copy is b's, c's repeats it
+	d := newReplica()
+	d.SetPeerBookings(m)
+	if got := booked(d, "w0"); got.PrefillTokens != 2*160-n*16 {
+		t.Errorf("d's view of w0 %+v, want %d prefill tokens", got, 2*160-n*16)
 	}
 }

@@ -330,7 +330,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
-		r.bookedLocked(&cands[i], in.Now)
+		r.bookedLocked(&cands[i], in.Now, in.BlockSize)
 	}
 	if (opt.Wait || in.wait) && in.SLO > 0 && r.waitLocked(in, cands) {
 		r.mu.Unlock()
@@ -427,7 +427,7 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 		return nil, r.noHealthy(req.Model)
 	}
 	for i := range cands {
-		r.bookedLocked(&cands[i], in.Now)
+		r.bookedLocked(&cands[i], in.Now, in.BlockSize)
 	}
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
@@ -617,7 +617,7 @@ func (r *Router) prepolicy(in *input, cands []scoring.Candidate) {
 			b = v.(*flight).snapshot()
 		}
 		cands[i].Booked = b
-		addPeer(&cands[i], peers, in.Now, hl)
+		addPeer(&cands[i], peers, in.Now, hl, in.BlockSize)
 	}
 	sp.Prepare(&in.Input, cands)
 }

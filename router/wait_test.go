@@ -87,7 +87,7 @@ func TestWaitOnlyWhenSaturatedByTokens(t *testing.T) {
 	onA.FirstToken(time.Time{})
 	r.mu.Lock()
 	c := scoring.Candidate{Worker: &workers.Worker{Name: "a"}}
-	r.bookedLocked(&c, time.Time{})
+	r.bookedLocked(&c, time.Time{}, 16)
 	after := c.Booked
 	r.mu.Unlock()
 	if after.PrefillTokens != 80 || after.Decoding != 1 {

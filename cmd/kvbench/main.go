@@ -62,7 +62,7 @@ func run(args []string) error {
 	speed := fs.Float64("speed", 1, "trace: time compression factor")
 	limit := fs.Int("limit", 0, "trace: first N requests (0 all)")
 	maxDur := fs.Duration("max-duration", 0, "trace: drop arrivals after this (0 none)")
-	arrivals := fs.String("arrivals", "poisson:1", "constant:R, poisson:R, streams:N or trace")
+	arrivals := fs.String("arrivals", "poisson:1", "constant:R, poisson:R, streams:N, trace, or trace:D (each trace arrival delayed by a uniform draw in [0, D): trace:3s undoes the Mooncake trace's 3 s timestamp rounding at --speed 1)")
 	sweep := fs.String("sweep", "", "several loads, e.g. poisson:0.5,1,2 or streams:4,16 (overrides --arrivals)")
 	var targets multi
 	fs.Var(&targets, "http", "HTTP target NAME=URL or NAME=random:URL,URL / NAME=round_robin:URL,URL (repeatable); none → virtual time")
