@@ -237,6 +237,9 @@ type Grant struct {
 	want     Want
 	estimate int // output tokens reserved
 	done     atomic.Bool
+	// the VTC prompt charge Admit made for this grant's ticket (Release refunds it)
+	vtcTenant string
+	vtcPrompt float64
 }
 
 // Identity is who the grant is for.
@@ -311,12 +314,14 @@ func Streamed(tr *response.Tracker) int {
 }
 
 // Release settles a grant whose request reached no worker (a connect failure retried
-// elsewhere): it costs nothing and is not counted as a request.
+// elsewhere): it costs nothing — its reservation and the VTC prompt charge Admit made
+// are given back — and is not counted as a request.
 func (g *Grant) Release() {
 	if g == nil || !g.done.CompareAndSwap(false, true) {
 		return
 	}
 	g.a.settle(g.res, 0)
+	g.a.queue.refund(g.vtcTenant, g.vtcPrompt)
 	g.a.m.Settlements.WithLabelValues("released").Inc()
 }
 

@@ -139,6 +139,15 @@ func (q *FairQueue) Charge(tenant string, tokens float64) {
 	q.counter[tenant] += tokens
 }
 
+// Refund takes back tokens charged to tenant's virtual token counter for a request
+// that was never served (its attempt released before anything reached a worker),
+// never below 0; a tenant without a counter is left alone.
+func (q *FairQueue) Refund(tenant string, tokens float64) {
+	if c, ok := q.counter[tenant]; ok && tokens > 0 {
+		q.counter[tenant] = max(c-tokens, 0)
+	}
+}
+
 // floor is the lift floor: the smallest counter among waiting tenants, else lastLeft.
 func (q *FairQueue) floor() float64 {
 	first, f := true, q.lastLeft

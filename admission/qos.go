@@ -146,6 +146,11 @@ func (a *Admitter) Admit(ctx context.Context, rt *router.Router, req *request.Re
 		pk.Ticket = nil
 		return pk, nil, err
 	}
+	if g != nil && pk.Ticket != nil && a.queue != nil {
+		// what pick charged the tenant's VTC counter: Release gives it back
+		g.vtcTenant = in.Tenant
+		g.vtcPrompt = float64(a.cost(pk.Ticket.PromptTokens-pk.Ticket.CachedTokens, pk.Ticket.CachedTokens, 0))
+	}
 	return pk, g, nil
 }
 
@@ -303,6 +308,16 @@ func (q *Queue) charge(tenant string, tokens float64) {
 	}
 	q.mu.Lock()
 	q.q.Charge(tenant, tokens)
+	q.mu.Unlock()
+}
+
+// refund takes tokens charged to tenant back (FairQueue.Refund).
+func (q *Queue) refund(tenant string, tokens float64) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	q.q.Refund(tenant, tokens)
 	q.mu.Unlock()
 }
 

@@ -330,6 +330,55 @@ func TestAdmitRefusedByBudgetChargesNoVTC(t *testing.T) {
 	pk.Ticket.Abort()
 }
 
+// A grant released because its request reached no worker (the proxy's connect failure,
+// retried on another worker) gives back the VTC prompt charge Admit made: a request
+// picked twice and served once costs its tenant one prompt. Before the fix the counter
+// held both attempts' prompts (8 tokens here, for one 4-token request served).
+func TestReleasedGrantRefundsVTC(t *testing.T) {
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "a", Address: "10.0.0.1:8000", Models: []string{"m"}},
+		{Name: "b", Address: "10.0.0.2:8000", Models: []string{"m"}}})
+	ms := metrics.NewUnregistered()
+	rt := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: scoringtest.Busy{}})
+	c := config.Default().Admission
+	c.Classes = []config.Class{interactive}
+	a, err := New(Options{Config: c, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prompt := float64(a.cost(4, 0, 0))
+	first, g1, err := a.Admit(ctx, rt, qreq(), router.PickOptions{}, Identity{Tenant: "t"}, ClassInput{Tenant: "t"})
+	if err != nil || g1 == nil {
+		t.Fatalf("first attempt: %v", err)
+	}
+	if n := a.queue.q.Counter("t"); n != prompt || prompt != 4 {
+		t.Fatalf("after the first attempt the VTC counter = %v, want %v", n, prompt)
+	}
+	g1.Release() // connect refused: nothing reached worker a
+	first.Ticket.Abort()
+	if n := a.queue.q.Counter("t"); n != 0 {
+		t.Fatalf("after Release the VTC counter = %v, want 0", n)
+	}
+	g1.Release() // a second Release refunds nothing more
+	second, g2, err := a.Admit(ctx, rt, qreq(), router.PickOptions{Exclude: first.Ticket.Worker}, Identity{Tenant: "t"}, ClassInput{Tenant: "t"})
+	if err != nil || g2 == nil || second.Ticket.Worker == first.Ticket.Worker {
+		t.Fatalf("retry: %+v %v, want another worker", second, err)
+	}
+	g2.Settle(response.Result{Outcome: response.OutcomeOK}, 0)
+	second.Ticket.Done(200, response.Usage{}, time.Time{})
+	if n := a.queue.q.Counter("t"); n != prompt {
+		t.Fatalf("served once after a retry: VTC counter = %v, want one prompt (%v)", n, prompt)
+	}
+	var fq FairQueue // Refund never goes below 0 and leaves unknown tenants alone
+	fq.counter = map[string]float64{"x": 3}
+	fq.Refund("x", 5)
+	fq.Refund("y", 1)
+	if fq.counter["x"] != 0 || len(fq.counter) != 1 {
+		t.Fatalf("Refund: %v, want x at 0 and no y", fq.counter)
+	}
+}
+
 // A class's queue_limit holds while a popped entry is being tried: the request that
 // is picking (outside the queue's lock) keeps its place, so an arrival meanwhile is
 // refused queue_full instead of taking it, and the tried entry given back

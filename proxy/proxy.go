@@ -268,7 +268,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Admission classifies the request and, for a class with a queue, holds it
 		// here until a worker is predicted to meet the class objective (late binding).
 		// The tenant's budget is reserved in the request's turn (Admit): a refusal
-		// aborts the ticket and charges no fairness (VTC).
+		// aborts the ticket and charges no fairness (VTC); an attempt whose connection
+		// is refused releases its grant, which gives back the budget and the VTC prompt
+		// charge, so a retried request costs its tenant once.
 		pk, g, err := h.opt.Admission.Admit(ctx, h.opt.Router, req, po, id, admission.ClassInput{Tenant: id.Tenant, Header: r.Header.Get})
 		if err != nil {
 			route.Fail("no pick")
