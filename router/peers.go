@@ -166,7 +166,7 @@ func (r *Router) countDuplicates(m map[string]PeerWorker) {
 		if !t.firstAt.IsZero() || len(m[t.Worker].keys) == 0 {
 			continue
 		}
-		if b := t.spec.Load(); b != nil {
+		if b := t.spec.Load(); b != nil && !t.released.Load() {
 			own = append(own, spec{t.Worker, b})
 		}
 	}
