@@ -273,12 +273,20 @@ func TestClientDisconnectMidStream(t *testing.T) {
 			}
 			// Envoy's default close is END_STREAM then RST_STREAM at once: the server may
 			// read either first, so "cancelled" or "closed"; graceful close is always "closed".
+			// The stream counts its abort just after it releases the ticket (extproc
+			// stream.finish): wait for the count rather than read it at release.
 			ab := f.app.Metrics.ExtProc.Aborts
-			got := testutil.ToFloat64(ab.WithLabelValues("closed"))
-			if !c.graceful {
-				got += testutil.ToFloat64(ab.WithLabelValues("cancelled"))
+			aborts := func() float64 {
+				got := testutil.ToFloat64(ab.WithLabelValues("closed"))
+				if !c.graceful {
+					got += testutil.ToFloat64(ab.WithLabelValues("cancelled"))
+				}
+				return got
 			}
-			if got != 1 {
+			for deadline := time.Now().Add(30 * time.Second); aborts() < 1 && time.Now().Before(deadline); {
+				time.Sleep(2 * time.Millisecond)
+			}
+			if got := aborts(); got != 1 {
 				t.Fatalf("aborts_total{reason=%s} = %v, want 1", c.reason, got)
 			}
 		})
