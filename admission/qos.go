@@ -148,10 +148,15 @@ func (a *Admitter) Admit(ctx context.Context, rt *router.Router, req *request.Re
 	}
 	if g != nil && pk.Ticket != nil && a.queue != nil {
 		// what pick charged the tenant's VTC counter: Release gives it back
-		g.vtcTenant = in.Tenant
-		g.vtcPrompt = float64(a.cost(pk.Ticket.PromptTokens-pk.Ticket.CachedTokens, pk.Ticket.CachedTokens, 0))
+		g.vtcTenant, g.vtcPrompt = in.Tenant, a.promptCharge(pk.Ticket)
 	}
 	return pk, g, nil
+}
+
+// promptCharge is the VTC charge of t's prompt when it is dispatched: its uncached and
+// cached tokens, weighted (admission.weights).
+func (a *Admitter) promptCharge(t *router.Ticket) float64 {
+	return float64(a.cost(t.PromptTokens-t.CachedTokens, t.CachedTokens, 0))
 }
 
 // pick is Pick; reserve (nil: none) is called with each ticket the router books, and
@@ -185,7 +190,7 @@ func (a *Admitter) pick(ctx context.Context, rt *router.Router, req *request.Req
 				return nil, err
 			}
 		}
-		q.charge(in.Tenant, float64(a.cost(t.PromptTokens-t.CachedTokens, t.CachedTokens, 0)))
+		q.charge(in.Tenant, a.promptCharge(t))
 		return t, nil
 	}
 	t, err := pick()
