@@ -120,17 +120,40 @@ func startSims(t *testing.T, n int) []*simProc {
 	bin := buildSim(t)
 	var out []*simProc
 	for i := 0; i < n; i++ {
-		ports := freePorts(t, 3)
-		s := &simProc{http: ports[0], kv: ports[1], replay: ports[2]}
-		s.proc = startProc(t, fmt.Sprintf("sim-%d", i), bin, "--workers", "1", "--port", strconv.Itoa(s.http),
-			"--kv-port", strconv.Itoa(s.kv), "--kv-replay-port", strconv.Itoa(s.replay), "--profile", "l40s-27b",
-			"--model", "m", "--enable-prompt-tokens-details", "--default-max-tokens", "4")
-		out = append(out, s)
-	}
-	for _, s := range out {
-		poll(t, "vllm-sim up", func() bool { return httpOK("http://" + s.addr() + "/health") })
+		out = append(out, startSim(t, bin, fmt.Sprintf("sim-%d", i)))
 	}
 	return out
+}
+
+// startSim starts one vllm-sim and waits until it answers /health. freePorts' ports
+// are free only when it returns: a test running in parallel may take one before the
+// sim binds it ("address already in use", the sim exits), so a sim that exits before
+// it is up is started again on fresh ports, at most 5 times.
+func startSim(t *testing.T, bin, name string) *simProc {
+	for try := 1; ; try++ {
+		ports := freePorts(t, 3)
+		s := &simProc{http: ports[0], kv: ports[1], replay: ports[2]}
+		s.proc = startProc(t, name, bin, "--workers", "1", "--port", strconv.Itoa(s.http),
+			"--kv-port", strconv.Itoa(s.kv), "--kv-replay-port", strconv.Itoa(s.replay), "--profile", "l40s-27b",
+			"--model", "m", "--enable-prompt-tokens-details", "--default-max-tokens", "4")
+		exited := false
+		poll(t, name+" up", func() bool {
+			select {
+			case <-s.exited:
+				exited = true
+				return true
+			default:
+			}
+			return httpOK("http://" + s.addr() + "/health")
+		})
+		if !exited {
+			return s
+		}
+		if try == 5 {
+			t.Fatalf("%s exited before it was up, %d times: %v", name, try, s.err)
+		}
+		t.Logf("%s exited before it was up (%v): starting it again on fresh ports", name, s.err)
+	}
 }
 
 func httpOK(url string) bool {
