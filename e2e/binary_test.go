@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/testport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -180,19 +180,9 @@ func runBinaryJourney(t *testing.T, bin string, ports []int, ws []*testWorker, a
 	}
 }
 
+// freePorts returns n free loopback ports for servers that bind them later (vllm-sim,
+// kvroute children), outside the kernel's ephemeral range (package testport says why).
 func freePorts(t *testing.T, n int) []int {
-	var lns []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
+	t.Helper()
+	return testport.Free(t, n)
 }

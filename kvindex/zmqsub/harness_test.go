@@ -3,11 +3,11 @@ package zmqsub
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/testport"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/kvindex/kvevents"
 	"github.com/kvroute/kvroute/kvindex/kvtest"
@@ -153,35 +153,12 @@ func (h *harness) held(worker string, tokens []uint32) int {
 	return 0
 }
 
-// freePorts returns n consecutive free TCP ports on 127.0.0.1 (for data-parallel
-// ranks, which publish on port + rank).
+// freePorts returns the first of n consecutive free TCP ports on 127.0.0.1 (for
+// data-parallel ranks, which publish on port + rank), outside the kernel's ephemeral
+// range (package testport says why).
 func freePorts(t *testing.T, n int) int {
 	t.Helper()
-	for try := 0; try < 50; try++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := ln.Addr().(*net.TCPAddr).Port
-		ls := []net.Listener{ln}
-		ok := true
-		for i := 1; i < n && ok; i++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no consecutive free ports")
-	return 0
+	return testport.Consecutive(t, n)
 }
 
 func fmtInt(i int) string { return fmt.Sprint(i) }
