@@ -115,3 +115,50 @@ func TestReconnectBackoffResetsAfterHealthyConnection(t *testing.T) {
 		t.Fatalf("wait after healthy then unhealthy = %v, want %v (all: %v)", all[first+1].wait, 2*minW, all)
 	}
 }
+
+// A socket is healthy when it delivered a well-formed frame or when one of its
+// publisher connections stayed up for stayUp (Options.ReconnectMax), also if it is still
+// connected when the socket ends; a connection shorter than that, or none, is not. stayUp
+// 0 makes any connection long enough and an hour none, so no case depends on timing.
+func TestSocketHealthStayedUp(t *testing.T) {
+	const never = time.Hour
+	for _, c := range []struct {
+		name   string
+		stayUp time.Duration
+		steps  string // c connected, d disconnected, f frame
+		want   bool
+	}{
+		{"never connected", 0, "", false},
+		{"frame only", never, "cf", true},
+		{"connection stayed up, then closed", 0, "cd", true},
+		{"still connected when the socket ends", 0, "c", true},
+		{"connection shorter than stayUp", never, "cd", false},
+		{"short reconnects, still short", never, "cdcdc", false},
+		{"an earlier connection stayed up", 0, "cdc", true},
+		{"disconnect without connect", 0, "d", false},
+	} {
+		h := socketHealth{stayUp: c.stayUp}
+		for _, s := range c.steps {
+			switch s {
+			case 'c':
+				h.connected()
+			case 'd':
+				h.disconnected()
+			case 'f':
+				h.frame()
+			}
+		}
+		if got := h.healthy(); got != c.want {
+			t.Errorf("%s (stayUp %v, %q): healthy = %v, want %v", c.name, c.stayUp, c.steps, got, c.want)
+		}
+	}
+	// The backoff after a socket that stayed up starts again at the minimum.
+	b := backoff{min: 10 * time.Millisecond, max: time.Second}
+	b.after(false)
+	b.after(false)
+	h := socketHealth{stayUp: 0}
+	h.connected()
+	if got := b.after(h.healthy()); got != 10*time.Millisecond {
+		t.Fatalf("wait after a connection that stayed up = %v, want the minimum", got)
+	}
+}
