@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -95,7 +94,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		if ra <= 0 {
 			ra = time.Second
 		}
-		return nil, &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: ra,
+		return nil, &Error{Status: StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: ra,
 			Message: "all workers are predicted to miss the TTFT limit; retry later"}
 	}
 	c := cands[d.Index]
@@ -147,10 +146,10 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if !known {
 		if req.Model == "" {
 			r.m.Errors.WithLabelValues("no_worker").Inc()
-			return nil, nil, &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Message: "no workers are configured"}
+			return nil, nil, &Error{Status: StatusServiceUnavailable, Type: "service_unavailable", Message: "no workers are configured"}
 		}
 		r.m.Errors.WithLabelValues("unknown_model").Inc()
-		return nil, nil, &Error{Status: http.StatusNotFound, Type: "NotFoundError",
+		return nil, nil, &Error{Status: StatusNotFound, Type: "NotFoundError",
 			Message: fmt.Sprintf("The model `%s` does not exist.", echoModel(req.Model))}
 	}
 	if opt.Exclude != "" {
@@ -160,7 +159,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		ws = slices.DeleteFunc(ws, func(w *workers.Worker) bool { return !slices.Contains(opt.Subset, w.Address) })
 		if len(ws) == 0 {
 			r.m.Errors.WithLabelValues("subset").Inc()
-			return nil, nil, &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable",
+			return nil, nil, &Error{Status: StatusServiceUnavailable, Type: "service_unavailable",
 				Message: fmt.Sprintf("no healthy worker for model %q among the gateway's endpoint subset", echoModel(req.Model))}
 		}
 	}
@@ -236,7 +235,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 // noHealthy counts and returns the 503 for a model with no healthy worker.
 func (r *Router) noHealthy(model string) *Error {
 	r.m.Errors.WithLabelValues("no_worker").Inc()
-	return &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable",
+	return &Error{Status: StatusServiceUnavailable, Type: "service_unavailable",
 		Message: fmt.Sprintf("no healthy worker serves model %q", model)}
 }
 

@@ -76,22 +76,30 @@ type Options struct {
 }
 
 // Error is a refusal with the HTTP status a front should answer with. Any part of
-// kvroute that refuses a request returns one and lets ErrorReply render it in the
-// request's API shape (OpenAI or Anthropic).
+// kvroute that refuses a request returns one and lets front.ErrorReply render it in the
+// request's API shape (OpenAI or Anthropic). The router itself speaks no HTTP: the
+// status is a number it hands on (StatusNotFound and the others below).
 type Error struct {
 	Status     int    // 404 unknown model, 503 no healthy worker, 429 shed; any 4xx/5xx
-	Type       string // OpenAI error type; "" → by status (ErrorReply)
+	Type       string // OpenAI error type; "" → by status (front.ErrorReply)
 	Message    string
-	RetryAfter time.Duration // for 429 (and 503); 0 → ErrorReply's 1 s
+	RetryAfter time.Duration // for 429 (and 503); 0 → front.ErrorReply's 1 s
 	// Details is the machine-readable cause for logs and Envoy's
-	// %RESPONSE_CODE_DETAILS% (no spaces); "" → by status (ErrorReply).
+	// %RESPONSE_CODE_DETAILS% (no spaces); "" → by status (front.ErrorReply).
 	Details string
 	// Header are extra response headers (lower-case names), e.g. admission's
-	// x-ratelimit-* on a 429; ErrorReply appends them after its own.
+	// x-ratelimit-* on a 429; front.ErrorReply appends them after its own.
 	Header [][2]string
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// The statuses the router's own refusals carry (RFC 9110 §15).
+const (
+	StatusNotFound           = 404 // unknown model
+	StatusTooManyRequests    = 429 // shed
+	StatusServiceUnavailable = 503 // no healthy worker
+)
 
 // Router decides and books. Safe for concurrent use.
 type Router struct {
