@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/kvroute/kvroute/app.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=1 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps build test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak loadtest
+.PHONY: all deps build check-tree test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak loadtest
 
 all: build
 
@@ -18,6 +18,7 @@ build: deps
 	$(GOBUILD) -o $(BIN)/ ./cmd/...
 
 test: deps tokenizers
+	scripts/check-tree.sh
 	$(GO) vet ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) GO=$(GO) scripts/fuzz.sh
@@ -46,6 +47,11 @@ tokenizers:
 # jinja2 (python3-jinja2). Not part of `make test`: the goldens are committed.
 tokenizer-goldens:
 	tokenize/testdata/gen/generate.sh
+
+# No binaries, no file over 1 MiB, README ≤ 250 and BENCHMARKS.md ≤ 500 lines, no machine
+# paths in the documents (scripts/check-tree.sh; the first step of `make test`).
+check-tree:
+	@scripts/check-tree.sh
 
 test-short:
 	$(GO) test -short ./...

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
@@ -154,7 +155,7 @@ func TestIdentityAPIKeysAndRequireTenant(t *testing.T) {
 	if !errors.As(err, &re) || re.Status != http.StatusUnauthorized {
 		t.Fatalf("want 401, got %v", err)
 	}
-	rep := router.ErrorReply(request.APIMessages, err)
+	rep := front.ErrorReply(request.APIMessages, err)
 	if rep.Status != 401 || !strings.Contains(string(rep.Body), `"type":"authentication_error"`) || strings.Contains(string(rep.Body), "sk-wrong") {
 		t.Fatalf("%d %s", rep.Status, rep.Body)
 	}
@@ -264,7 +265,7 @@ func TestRefusalHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := a.Reserve(id, Want{PromptTokens: 600, MaxTokens: 100})
-	rep := router.ErrorReply(request.APIChat, err)
+	rep := front.ErrorReply(request.APIChat, err)
 	h := map[string]string{}
 	for _, kv := range rep.Header {
 		h[kv[0]] = kv[1]
@@ -279,7 +280,7 @@ func TestRefusalHeaders(t *testing.T) {
 	if rep.Status != 429 || !strings.Contains(string(rep.Body), `"type":"rate_limit_exceeded"`) {
 		t.Fatalf("%d %s", rep.Status, rep.Body)
 	}
-	if m := router.ErrorReply(request.APIMessages, err); !strings.HasPrefix(string(m.Body), `{"type":"error","error":{"type":"rate_limit_error"`) {
+	if m := front.ErrorReply(request.APIMessages, err); !strings.HasPrefix(string(m.Body), `{"type":"error","error":{"type":"rate_limit_error"`) {
 		t.Fatalf("anthropic shape: %s", m.Body)
 	}
 }

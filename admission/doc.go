@@ -16,7 +16,7 @@
 //     in one step against the tenant's tokens per minute, requests per minute and
 //     concurrency. A refusal is a 429 *router.Error with Retry-After and OpenAI's
 //     x-ratelimit-* headers (the front aborts the ticket and answers through
-//     router.ErrorReply).
+//     front.ErrorReply).
 //  3. Grant.Settle, once, when the ticket ends (completed or aborted): the actual cost
 //     replaces the reservation — from usage when the engine reported it, else from the
 //     generated tokens counted in the stream (tenants with a token budget,

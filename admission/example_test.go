@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
-	"github.com/kvroute/kvroute/router"
 )
 
 // The README's example (examples/kvroute-tenants.yaml with examples/tenant-keys.txt)
@@ -71,7 +71,7 @@ func TestTenantsExampleClasses(t *testing.T) {
 	}
 }
 
-// The README's worked example: 3,000 prompt tokens, 2,000 cached, max_tokens 100,
+// The worked example of docs/tenants.md: 3,000 prompt tokens, 2,000 cached, max_tokens 100,
 // cached priced 0.1 → 1,300 reserved; 40 completion tokens reported → 1,240 settled.
 func TestReadmeWorkedExample(t *testing.T) {
 	a, _ := newAdmitter(t, func(c *config.Admission) {
@@ -91,7 +91,7 @@ func TestReadmeWorkedExample(t *testing.T) {
 // The README's 429: with examples/kvroute-tenants.yaml, beta's 16th request of the
 // worked example (1,300 tokens each, settled at 1,300) within one minute does not fit
 // its 20,000 tokens; the reply (status, headers as kvroute sends them, body) is the
-// block under "<!-- 429 example -->" in README.md, 30 s before the window ends.
+// block under "<!-- 429 example -->" in docs/tenants.md, 30 s before the window ends.
 func TestReadme429Example(t *testing.T) {
 	a := exampleAdmitter(t)
 	id := Identity{Tenant: "beta", Source: "api_key"}
@@ -103,26 +103,26 @@ func TestReadme429Example(t *testing.T) {
 			g.Settle(response.Result{Outcome: response.OutcomeOK, Usage: response.Usage{Present: true, PromptTokens: 3000,
 				CompletionTokens: 100, CachedTokens: 2000, CachedReported: true}}, -1)
 		} else if i != 15 {
-			t.Fatalf("refused at request %d, the README says the 16th", i+1)
+			t.Fatalf("refused at request %d, docs/tenants.md says the 16th", i+1)
 		}
 	}
-	rep := router.ErrorReply(request.APIChat, err)
+	rep := front.ErrorReply(request.APIChat, err)
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\n", rep.Status, http.StatusText(rep.Status))
 	for _, kv := range rep.Header {
 		fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
 	}
 	fmt.Fprintf(&b, "\n%s\n", rep.Body)
-	raw, rerr := os.ReadFile("../README.md")
+	raw, rerr := os.ReadFile("../docs/tenants.md")
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
 	_, after, ok := strings.Cut(string(raw), "<!-- 429 example -->\n```http\n")
 	doc, _, ok2 := strings.Cut(after, "```")
 	if !ok || !ok2 {
-		t.Fatal("README.md has no ```http block after <!-- 429 example -->")
+		t.Fatal("docs/tenants.md has no ```http block after <!-- 429 example -->")
 	}
 	if doc != b.String() {
-		t.Fatalf("README's 429 differs from kvroute's reply.\nREADME:\n%s\nkvroute:\n%s", doc, b.String())
+		t.Fatalf("docs/tenants.md's 429 differs from kvroute's reply.\ndocs:\n%s\nkvroute:\n%s", doc, b.String())
 	}
 }

@@ -82,8 +82,8 @@ func traceLoader(path string, o TraceOptions) func(uint64) (*Workload, error) {
 	var err error
 	return func(uint64) (*Workload, error) {
 		once.Do(func() {
-			var f *os.File
-			if f, err = os.Open(path); err != nil {
+			var f io.ReadCloser
+			if f, err = OpenTrace(path); err != nil {
 				return
 			}
 			defer f.Close()

@@ -2,13 +2,52 @@ package bench
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"time"
 )
+
+// DefaultTracePath is the Mooncake conversation trace shipped with the repository
+// (bench/traces/README.md gives its source and licence), relative to the repository root.
+const DefaultTracePath = "bench/traces/mooncake_conversation_trace.jsonl.gz"
+
+// OpenTrace opens a trace file for ParseMooncake; a name ending in .gz is decompressed.
+// The caller closes the result, which closes the file too.
+func OpenTrace(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(path, ".gz") {
+		return f, nil
+	}
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrTrace, path, err)
+	}
+	return gzipFile{z, f}, nil
+}
+
+// gzipFile closes both the decompressor and the file under it.
+type gzipFile struct {
+	*gzip.Reader
+	f *os.File
+}
+
+func (g gzipFile) Close() error {
+	err := g.Reader.Close()
+	if ferr := g.f.Close(); err == nil {
+		err = ferr
+	}
+	return err
+}
 
 // MooncakeBlockTokens is the number of tokens one Mooncake hash id stands for.
 const MooncakeBlockTokens = 512

@@ -60,7 +60,7 @@ type Admission struct {
 	// (the first seen) do too; every other tenant is labelled "other".
 	MetricsTenants    []string `mapstructure:"metrics_tenants"`
 	MetricsMaxTenants int      `mapstructure:"metrics_max_tenants"`
-	// Classes are the QoS classes (config/qos.go, README "Tenants, budgets and
+	// Classes are the QoS classes (config/qos.go, docs/tenants.md "Tenants, budgets and
 	// classes"), first match wins; none: every request is in class "default" and
 	// nothing waits in kvroute.
 	Classes []Class `mapstructure:"classes"`

@@ -55,7 +55,7 @@ type ClassMatch struct {
 const DefaultClass = "default"
 
 // MaxQueueTime is the longest max_queue_time of any class with a queue (0: no queue):
-// what Envoy's ext_proc message_timeout must exceed (envoy.Check, README).
+// what Envoy's ext_proc message_timeout must exceed (envoy.Check, docs/tenants.md).
 func (a Admission) MaxQueueTime() time.Duration {
 	var d time.Duration
 	for _, c := range a.Classes {

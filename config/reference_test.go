@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -48,5 +49,29 @@ func TestReferenceListsEveryKey(t *testing.T) {
 	}
 	if i < 0 || j < 0 || doc[i:j+len(keysEnd)] != want {
 		t.Fatalf("%s: the generated key table is missing or stale; run `go test ./config -update`", path)
+	}
+}
+
+// Every key has a meaning in the reference's prose, not only a row in the generated table:
+// outside the generated block the key appears in backquotes, or its last segment does as a
+// member of a group written once (`admission.default.tokens_per_minute` / `.max_concurrent`,
+// `profile.{overhead, block_capacity}`).
+func TestReferenceExplainsEveryKey(t *testing.T) {
+	raw, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	i, j := strings.Index(doc, keysBegin), strings.Index(doc, keysEnd)
+	if i < 0 || j < 0 {
+		t.Fatal("no generated key table")
+	}
+	prose := doc[:i] + doc[j+len(keysEnd):]
+	for _, k := range Keys() {
+		last := regexp.QuoteMeta(k.Key[strings.LastIndex(k.Key, ".")+1:])
+		member := regexp.MustCompile("(`|`\\.|[{,] ?)" + last + "[`,}]")
+		if !strings.Contains(prose, k.Key) && !member.MatchString(prose) {
+			t.Errorf("docs/configuration.md: key %s has no meaning in the prose (name it in backquotes where it is explained)", k.Key)
+		}
 	}
 }

@@ -134,7 +134,7 @@ func TestChunkedBodies(t *testing.T) {
 	}
 }
 
-// Refusals: ImmediateResponse with the OpenAI error JSON (router.ErrorReply), delivered
+// Refusals: ImmediateResponse with the OpenAI error JSON (front.ErrorReply), delivered
 // by the stand-in as Envoy's local reply (CC sendImmediateResponse).
 func TestRefusals(t *testing.T) {
 	for _, mode := range []Mode{Buffered, FullDuplex} {

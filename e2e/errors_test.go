@@ -11,7 +11,7 @@ import (
 
 // Every error kvroute answers itself on /v1/messages has Anthropic's shape, with the
 // status Anthropic documents (503 stays 503), through both fronts; the same refusal on
-// an OpenAI path keeps OpenAI's shape (router.ErrorReply).
+// an OpenAI path keeps OpenAI's shape (front.ErrorReply).
 
 func TestAnthropicErrors(t *testing.T) {
 	for _, mode := range []Mode{Buffered, FullDuplex} {

@@ -80,7 +80,7 @@
 //
 // A body longer than extproc.max_body_bytes (declared by content-length, or
 // accumulated) gets a 413. Every refusal goes through one mapping,
-// router.ErrorReply, into an ImmediateResponse (accepted in every phase, SVC) with
+// front.ErrorReply, into an ImmediateResponse (accepted in every phase, SVC) with
 // content-type application/json and the error body in the request's API shape
 // (OpenAI's, or Anthropic's on /v1/messages): request errors 400
 // (413), unknown model 404, no healthy worker 503, shed 429 with retry-after. After it

@@ -12,8 +12,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/response"
-	"github.com/kvroute/kvroute/router"
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -106,12 +106,12 @@ func (st *stream) responseMutation() *extprocv3.HeaderMutation {
 }
 
 // immediate turns any error of the request's journey into Envoy's local reply, through
-// the one mapping both fronts share (router.ErrorReply): status, content-type
+// the one mapping both fronts share (front.ErrorReply): status, content-type
 // application/json (+ retry-after on 429), the error JSON in the request's API shape
 // (OpenAI's, or Anthropic's on /v1/messages), and details. Envoy
 // then stops processing and closes the stream (CC onReceiveMessage; SVC ImmediateResponse).
 func (st *stream) immediate(err error) error {
-	r := router.ErrorReply(st.api, err)
+	r := front.ErrorReply(st.api, err)
 	st.s.m.ImmediateResponses.WithLabelValues(strconv.Itoa(r.Status)).Inc()
 	st.route.Set(attribute.Int("http.response.status_code", r.Status))
 	st.route.Fail(http.StatusText(r.Status))

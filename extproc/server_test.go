@@ -264,7 +264,7 @@ func TestHeadersOnly(t *testing.T) {
 	}
 }
 
-// Every refusal is one ImmediateResponse with the OpenAI error JSON (router.ErrorReply).
+// Every refusal is one ImmediateResponse with the OpenAI error JSON (front.ErrorReply).
 func TestImmediateResponses(t *testing.T) {
 	cases := []struct {
 		name   string

@@ -362,7 +362,7 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 		st.req = req
 		st.route.Set(tracing.Model(req.Model))
 		// Holding a request in kvroute's queue is holding this reply: Envoy's
-		// message_timeout must exceed the longest max_queue_time (README, envoy.Check).
+		// message_timeout must exceed the longest max_queue_time (docs/tenants.md, envoy.Check).
 		// The stream's context ends when Envoy closes the stream (client gone): the
 		// queued entry is removed.
 		// Admit reserves the tenant's budget in the request's turn; a refusal aborts

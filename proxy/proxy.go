@@ -10,7 +10,7 @@
 // Each request is counted once on kvroute_proxy_requests_total{code,outcome}, before a
 // ReverseProxy http.ErrAbortHandler panic is re-raised. A worker that refuses the connection is marked
 // unhealthy (passive health) and the request retried once on another pick. Refusals use
-// router.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
+// front.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
 // same status and error JSON.
 //
 // Hardening (issue 10): only the inference API paths in Options.Proxy.Paths are
@@ -48,6 +48,7 @@ import (
 
 	"github.com/kvroute/kvroute/admission"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
@@ -460,7 +461,7 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	f, _ := r.Context().Value(flightKey{}).(*flight)
 	if f != nil && f.timedOut.Load() {
 		h.upstreamTimeout(f, "response headers", h.opt.Proxy.UpstreamHeaderTimeout)
-		h.writeError(w, f.req.API, fmt.Errorf("%w: no response headers within %s", router.ErrUpstream, h.opt.Proxy.UpstreamHeaderTimeout))
+		h.writeError(w, f.req.API, fmt.Errorf("%w: no response headers within %s", front.ErrUpstream, h.opt.Proxy.UpstreamHeaderTimeout))
 		return
 	}
 	if r.Context().Err() != nil {
@@ -491,7 +492,7 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	} else {
 		h.log.Warn("proxy: upstream error", "worker", worker, "address", addr, "err", err)
 	}
-	h.writeError(w, request.APIForPath(r.URL.Path), fmt.Errorf("%w: %v", router.ErrUpstream, err))
+	h.writeError(w, request.APIForPath(r.URL.Path), fmt.Errorf("%w: %v", front.ErrUpstream, err))
 }
 
 // isDialError reports whether err is a failure to open the connection (net.Dialer via
@@ -530,9 +531,9 @@ func (h *handler) abort(f *flight, reason string, o response.Outcome) {
 	f.route.Fail("aborted: " + reason)
 }
 
-// writeError answers a refusal through the one shared mapping (router.ErrorReply).
+// writeError answers a refusal through the one shared mapping (front.ErrorReply).
 func (h *handler) writeError(w http.ResponseWriter, api request.API, err error) {
-	rep := router.ErrorReply(api, err)
+	rep := front.ErrorReply(api, err)
 	h.m.ImmediateResponses.WithLabelValues(strconv.Itoa(rep.Status)).Inc()
 	for _, kv := range rep.Header {
 		w.Header().Set(kv[0], kv[1])

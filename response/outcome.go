@@ -39,7 +39,7 @@ const (
 	// released by the sweep (the end of its response was never seen).
 	OutcomeExpired Outcome = "expired"
 	// OutcomeRejected is not a ticket outcome: kvroute answered the request itself
-	// (400, 404, 413, 429, 503, 502 …, router.ErrorReply) and routed nothing. It
+	// (400, 404, 413, 429, 503, 502 …, front.ErrorReply) and routed nothing. It
 	// appears only on the fronts' request counters.
 	OutcomeRejected Outcome = "rejected"
 )

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,45 +252,5 @@ func TestPickErrors(t *testing.T) {
 	}
 	if sh.InFlight() != 0 {
 		t.Fatal("a shed request must not book")
-	}
-}
-
-// ErrorReply is the one mapping both fronts use.
-func TestErrorReply(t *testing.T) {
-	cases := []struct {
-		err     error
-		status  int
-		retry   string
-		details string
-	}{
-		{&request.Error{Status: 400, Type: "invalid_request_error", Message: "bad"}, 400, "", "kvroute_bad_request"},
-		{request.TooLarge(10), 413, "", "kvroute_body_too_large"},
-		{fmt.Errorf("wrapped: %w", &Error{Status: 404, Type: "NotFoundError", Message: "no"}), 404, "", "kvroute_unknown_model"},
-		{&Error{Status: 503, Type: "service_unavailable", Message: "none"}, 503, "1", "kvroute_no_healthy_worker"},
-		{&Error{Status: 429, Type: "rate_limit_error", Message: "shed", RetryAfter: 2100 * time.Millisecond}, 429, "3", "kvroute_shed"},
-		{&Error{Status: 429, Type: "rate_limit_error", Message: "shed"}, 429, "1", "kvroute_shed"},
-		{fmt.Errorf("%w: dial tcp 127.0.0.1:8009: connect: connection refused", ErrUpstream), 502, "", "kvroute_upstream_error"},
-		{context.Canceled, 503, "", "kvroute_cancelled"},
-		{errors.New("boom"), 500, "", "kvroute_internal_error"},
-		{&Error{Status: 200, Message: "odd"}, 500, "", "kvroute_internal_error"},
-	}
-	for _, c := range cases {
-		r := ErrorReply(request.APIChat, c.err)
-		if r.Status != c.status || r.Details != c.details {
-			t.Errorf("%v: %d %s, want %d %s", c.err, r.Status, r.Details, c.status, c.details)
-		}
-		hdr := map[string]string{}
-		for _, kv := range r.Header {
-			hdr[kv[0]] = kv[1]
-		}
-		if hdr["content-type"] != "application/json" || hdr["retry-after"] != c.retry {
-			t.Errorf("%v: headers %v", c.err, r.Header)
-		}
-		if c.status == 502 && (strings.Contains(string(r.Body), "dial") || !strings.Contains(string(r.Body), `"upstream worker unavailable"`)) {
-			t.Errorf("%v: 502 body %q must say only \"upstream worker unavailable\"", c.err, r.Body)
-		}
-		if len(r.Body) == 0 || r.Body[0] != '{' {
-			t.Errorf("%v: body %q", c.err, r.Body)
-		}
 	}
 }

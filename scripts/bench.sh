@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
 OUT=${BENCH_OUT:-bench-out}
-TRACE=${TRACE:-../shared/data/traces/mooncake_conversation_trace.jsonl}
+TRACE=${TRACE:-bench/traces/mooncake_conversation_trace.jsonl.gz}
 DOC=${BENCH_DOC-BENCHMARKS.md}
 args=(--scoreboard --trace "$TRACE" --out "$OUT" --policies "${BENCH_POLICIES:-all}" --trace-seeds "${BENCH_TRACE_SEEDS:-1}")
 [ -n "${BENCH_ROWS:-}" ] && args+=(--rows "$BENCH_ROWS")

@@ -58,7 +58,7 @@ func run(args []string) error {
 	sysTok := fs.Int("system-tokens", 1000, "multi-turn: shared system prompt tokens")
 	userTok := fs.Int("user-tokens", 300, "multi-turn: user tokens per turn")
 	think := fs.Duration("think", 2*time.Second, "multi-turn: pause between a reply and the next turn")
-	tracePath := fs.String("trace", "", "trace: Mooncake-format JSONL file")
+	tracePath := fs.String("trace", "", "trace: Mooncake-format JSONL file, gzipped when it ends in .gz (default "+bench.DefaultTracePath+")")
 	speed := fs.Float64("speed", 1, "trace: time compression factor")
 	limit := fs.Int("limit", 0, "trace: first N requests (0 all)")
 	maxDur := fs.Duration("max-duration", 0, "trace: drop arrivals after this (0 none)")
@@ -146,9 +146,9 @@ func run(args []string) error {
 	var traceW *bench.Workload
 	if *workload == "trace" {
 		if *tracePath == "" {
-			return errors.New("--workload trace needs --trace FILE")
+			*tracePath = bench.DefaultTracePath
 		}
-		f, err := os.Open(*tracePath)
+		f, err := bench.OpenTrace(*tracePath)
 		if err != nil {
 			return err
 		}
@@ -454,7 +454,7 @@ type scoreboardArgs struct {
 // OUT/scoreboard.md and OUT/scoreboard.json, and splices it into the --doc file.
 func runScoreboard(a scoreboardArgs) error {
 	if a.trace == "" {
-		a.trace = "../shared/data/traces/mooncake_conversation_trace.jsonl"
+		a.trace = bench.DefaultTracePath
 	}
 	rows, err := bench.FilterRows(bench.ScoreboardRows(bench.ScoreboardOptions{TracePath: a.trace, Seeds: a.seeds, TraceSeeds: a.traceSeeds}), a.rows)
 	if err != nil {

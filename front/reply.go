@@ -1,4 +1,7 @@
-package router
+// Package front holds what both fronts (the ext_proc server and the plain proxy) do the
+// same way at the edge of a request: the HTTP answer kvroute gives itself for a request
+// it refuses, in the request's API shape (ErrorReply).
+package front
 
 import (
 	"context"
@@ -9,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/router"
 )
 
 // Reply is the HTTP answer a front (the ext_proc server or the plain proxy) gives for a
@@ -26,7 +30,7 @@ type Reply struct {
 	// content-type: application/json, plus retry-after (whole seconds, rounded up; 1
 	// when the error gives none) on 429 shed and 503 no healthy worker — health comes
 	// back with the next /metrics scrape (scoring.scrape.interval, 1 s by default) —
-	// and on any *Error with RetryAfter > 0; then the *Error's own Header.
+	// and on any *router.Error with RetryAfter > 0; then the *router.Error's own Header.
 	Header [][2]string
 	// Details is a short machine-readable cause (no spaces) for logs and Envoy's
 	// %RESPONSE_CODE_DETAILS%, e.g. "kvroute_unknown_model".
@@ -42,7 +46,7 @@ var ErrUpstream = errors.New("upstream worker unavailable")
 // depends on it, the status does not):
 //
 //   - *request.Error (malformed body, 413 body too large): its 4xx and type;
-//   - *Error (from Pick, or any other refusal: admission, authentication …): its
+//   - *router.Error (from Pick, or any other refusal: admission, authentication …): its
 //     status, type (OpenAI; "" → by status) and Retry-After — 404 unknown model, 503
 //     no healthy worker and 429 shed, both with Retry-After;
 //   - ErrUpstream: 502 upstream_error, message "upstream worker unavailable" (the
@@ -60,7 +64,7 @@ func ErrorReply(api request.API, err error) Reply {
 		retryAfter      time.Duration
 		extra           [][2]string
 	)
-	var rerr *Error
+	var rerr *router.Error
 	if qe, ok := request.AsError(err); ok {
 		status, typ, param, msg = qe.Status, qe.Type, qe.Param, qe.Message
 		details = "kvroute_bad_request"
@@ -146,7 +150,7 @@ func AnthropicErrorType(status int) string {
 	return "api_error"
 }
 
-// openAIErrorType is the OpenAI error type for an *Error that names none.
+// openAIErrorType is the OpenAI error type for a *router.Error that names none.
 func openAIErrorType(status int) string {
 	switch status {
 	case http.StatusUnauthorized:
