@@ -13,7 +13,7 @@
 // front.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
 // same status and error JSON.
 //
-// Hardening (issue 10): only the inference API paths in Options.Proxy.Paths are
+// Hardening: only the inference API paths in Options.Proxy.Paths are
 // forwarded (others 404, so worker-admin routes such as POST /reset_prefix_cache stay
 // unreachable); a JSON API body with a non-JSON Content-Type is 415 (a missing one is
 // taken as JSON, as vLLM's FastAPI does); the body buffer grows with the bytes that
@@ -368,7 +368,7 @@ func (e *bodyError) Unwrap() []error { return []error{e.reply, e.cause} }
 
 // maxBodyPrealloc caps the buffer reserved before any body byte arrived (bytes): the
 // buffer grows with the bytes actually received, so a declared Content-Length (up to
-// max_body_bytes) costs nothing until the body comes (issue 10 item 2).
+// max_body_bytes) costs nothing until the body comes.
 const maxBodyPrealloc = 32 << 10
 
 // readBody reads at most limit bytes; a longer body is a 413 (request.TooLarge).
