@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 )
 
 // fuzzSeeds are request bodies of every API from the package's tests and, when
@@ -62,7 +64,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error %v is not *Error", err1)
 			}
 		}
-		v, err := ParseValue(body)
+		v, err := jsonvalue.ParseValue(body)
 		valid := json.Valid(body) && utf8.Valid(body)
 		if (err == nil) != valid {
 			t.Fatalf("ParseValue err %v, encoding/json+utf8 valid %v", err, valid)
@@ -73,18 +75,18 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if v.Kind() == String {
+		if v.Kind() == jsonvalue.String {
 			var want string
 			if json.Unmarshal(body, &want) != nil || v.Text() != want {
 				t.Fatalf("string %q decodes to %q, encoding/json: %q", body, v.Text(), want)
 			}
 		}
 		out := v.AppendJSON(nil)
-		v2, err := ParseValue(out)
+		v2, err := jsonvalue.ParseValue(out)
 		if err != nil || !bytes.Equal(v2.AppendJSON(nil), out) {
 			t.Fatalf("re-parse of %q: %v", out, err)
 		}
-		if v.Kind() == Object {
+		if v.Kind() == jsonvalue.Object {
 			want, _ := v.Field("model").Str()
 			if got, sure := SniffModel(body); got != want || !sure {
 				t.Fatalf("SniffModel = %q, %v; Parse reads %q", got, sure, want)

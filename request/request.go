@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 )
 
 // API names the request shape a body was parsed as.
@@ -46,7 +48,7 @@ func APIForPath(path string) API {
 // Request is one normalized inference request.
 //
 // Messages, System, Tools and ChatTemplateKwargs keep the client's JSON as parsed once
-// (request.Value: key order kept, a repeated key last-wins, numbers as written) so that
+// (jsonvalue.Value: key order kept, a repeated key last-wins, numbers as written) so that
 // a chat template sees every field (tool_calls, reasoning, multi-part content) exactly as
 // json.loads gives it to vLLM, with no second decode.
 type Request struct {
@@ -54,13 +56,13 @@ type Request struct {
 	Model string // "model" field; the served model name or a LoRA adapter name
 
 	// Chat / messages APIs.
-	System               Value    // Anthropic top-level "system" (string or content blocks); null otherwise
-	Messages             []Value  // chat messages in order, each an object with a string "role"
-	Tools                []Value  // tool definitions (OpenAI or Anthropic form), as sent
-	AddGenerationPrompt  *bool    // chat: add_generation_prompt (vLLM default true)
-	ContinueFinalMessage bool     // chat: continue_final_message
-	ChatTemplateKwargs   []Member // chat: chat_template_kwargs, in the client's order
-	ReasoningEffort      string   // chat: reasoning_effort
+	System               jsonvalue.Value    // Anthropic top-level "system" (string or content blocks); null otherwise
+	Messages             []jsonvalue.Value  // chat messages in order, each an object with a string "role"
+	Tools                []jsonvalue.Value  // tool definitions (OpenAI or Anthropic form), as sent
+	AddGenerationPrompt  *bool              // chat: add_generation_prompt (vLLM default true)
+	ContinueFinalMessage bool               // chat: continue_final_message
+	ChatTemplateKwargs   []jsonvalue.Member // chat: chat_template_kwargs, in the client's order
+	ReasoningEffort      string             // chat: reasoning_effort
 
 	// Completions API: exactly one of Prompts or PromptTokenIDs is set.
 	Prompts          []string   // prompt as string or list of strings
@@ -75,13 +77,13 @@ type Request struct {
 }
 
 // Kwarg returns chat_template_kwargs[key] and whether it was given.
-func (r *Request) Kwarg(key string) (Value, bool) {
+func (r *Request) Kwarg(key string) (jsonvalue.Value, bool) {
 	for i := range r.ChatTemplateKwargs {
 		if r.ChatTemplateKwargs[i].Key == key {
 			return r.ChatTemplateKwargs[i].Value, true
 		}
 	}
-	return Value{}, false
+	return jsonvalue.Value{}, false
 }
 
 // Error is a client error with the HTTP status and OpenAI error type it maps to.
@@ -108,7 +110,7 @@ func AsError(err error) (*Error, bool) {
 	return e, ok
 }
 
-// Parse decodes body as the given API in one pass (ParseValue: the Request's messages
+// Parse decodes body as the given API in one pass (jsonvalue.ParseValue: the Request's messages
 // and tools share memory with body, which must not be modified afterwards), then reads the fields
 // kvroute needs from the top-level object. Field names match exactly (case-sensitive,
 // as vLLM's pydantic models do: "MODEL" is not "model"); a repeated field takes its last
@@ -119,7 +121,7 @@ func Parse(api API, body []byte) (*Request, error) {
 	if api == APIOther {
 		r := &Request{API: APIOther}
 		if len(body) > 0 {
-			if v, err := ParseValue(body); err == nil {
+			if v, err := jsonvalue.ParseValue(body); err == nil {
 				if m, ok := v.Field("model").Str(); ok {
 					r.Model = strings.Clone(m)
 				}
@@ -130,21 +132,21 @@ func Parse(api API, body []byte) (*Request, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, ErrEmptyBody
 	}
-	root, err := ParseValue(body)
+	root, err := jsonvalue.ParseValue(body)
 	if err != nil {
-		var se *SyntaxError
+		var se *jsonvalue.SyntaxError
 		if errors.As(err, &se) {
 			return nil, invalid("", "request body is not valid JSON: %s (at byte %d)", se.Msg, se.Offset)
 		}
 		return nil, invalid("", "request body is not valid JSON")
 	}
-	if root.Kind() != Object {
+	if root.Kind() != jsonvalue.Object {
 		return nil, invalid("", "request body must be a JSON object, got %s", root.Kind())
 	}
 	r := &Request{API: api}
 	var (
 		maxTokens, maxCompletion *int
-		messages, prompt         Value
+		messages, prompt         jsonvalue.Value
 	)
 	for _, m := range root.Members() {
 		v := m.Value
@@ -162,15 +164,15 @@ func Parse(api API, body []byte) (*Request, error) {
 			if v.IsNull() {
 				continue
 			}
-			if v.Kind() != Array {
+			if v.Kind() != jsonvalue.Array {
 				return nil, typeError(m.Key, "an array of objects", v)
 			}
 			for i := range v.Len() {
-				if e := v.Index(i); e.Kind() != Object && !e.IsNull() {
+				if e := v.Index(i); e.Kind() != jsonvalue.Object && !e.IsNull() {
 					return nil, elemError(m.Key, "an array of objects", e)
 				}
 			}
-			r.Tools = v.kids2values()
+			r.Tools = elements(v)
 		case "prompt":
 			prompt = v
 		case "stream":
@@ -182,7 +184,7 @@ func Parse(api API, body []byte) (*Request, error) {
 			if v.IsNull() {
 				continue
 			}
-			if v.Kind() != Object {
+			if v.Kind() != jsonvalue.Object {
 				return nil, typeError(m.Key, "an object", v)
 			}
 			if err := wantBool("stream_options.include_usage", v.Field("include_usage"), &r.IncludeUsage); err != nil {
@@ -209,7 +211,7 @@ func Parse(api API, body []byte) (*Request, error) {
 			if v.IsNull() {
 				continue
 			}
-			if v.Kind() != Object {
+			if v.Kind() != jsonvalue.Object {
 				return nil, typeError(m.Key, "an object", v)
 			}
 			r.ChatTemplateKwargs = v.Members()
@@ -243,7 +245,7 @@ func Parse(api API, body []byte) (*Request, error) {
 	}
 	switch api {
 	case APIChat, APIMessages:
-		if !messages.IsNull() && messages.Kind() != Array {
+		if !messages.IsNull() && messages.Kind() != jsonvalue.Array {
 			return nil, typeError("messages", "an array of objects", messages)
 		}
 		if messages.Len() == 0 {
@@ -252,8 +254,8 @@ func Parse(api API, body []byte) (*Request, error) {
 		for i := range messages.Len() {
 			m := messages.Index(i)
 			switch m.Kind() {
-			case Object:
-			case Null:
+			case jsonvalue.Object:
+			case jsonvalue.Null:
 				return nil, invalid("messages", "messages[%d] must be an object", i)
 			default:
 				return nil, elemError("messages", "an array of objects", m)
@@ -262,16 +264,16 @@ func Parse(api API, body []byte) (*Request, error) {
 				return nil, invalid("messages", "messages[%d].role must be a string", i)
 			}
 		}
-		r.Messages = messages.kids2values()
+		r.Messages = elements(messages)
 		if api == APIMessages {
 			if maxTokens == nil {
 				return nil, invalid("max_tokens", "field 'max_tokens' is required for /v1/messages")
 			}
 		} else {
-			r.System = Value{}
+			r.System = jsonvalue.Value{}
 		}
 	case APICompletions:
-		r.System = Value{}
+		r.System = jsonvalue.Value{}
 		if err := parsePrompt(prompt, r); err != nil {
 			return nil, err
 		}
@@ -281,19 +283,19 @@ func Parse(api API, body []byte) (*Request, error) {
 	return r, nil
 }
 
-// kids2values returns an array's elements as a slice of Values.
-func (v Value) kids2values() []Value {
-	out := make([]Value, len(v.kids))
-	for i := range v.kids {
-		out[i] = v.kids[i].Value
+// elements returns an array's elements as a slice of Values.
+func elements(v jsonvalue.Value) []jsonvalue.Value {
+	out := make([]jsonvalue.Value, v.Len())
+	for i := range out {
+		out[i] = v.Index(i)
 	}
 	return out
 }
 
 // got names a JSON value's type as encoding/json's type errors did: "string",
 // "number 1.5", "bool", "array", "object".
-func got(v Value) string {
-	if v.Kind() == Number {
+func got(v jsonvalue.Value) string {
+	if v.Kind() == jsonvalue.Number {
 		if v.IsInt() {
 			return "number"
 		}
@@ -302,21 +304,21 @@ func got(v Value) string {
 	return v.Kind().String()
 }
 
-func typeError(field, want string, v Value) *Error {
+func typeError(field, want string, v jsonvalue.Value) *Error {
 	return invalid(field, "field '%s' must be %s, got %s", field, want, got(v))
 }
 
-func elemError(field, want string, v Value) *Error {
+func elemError(field, want string, v jsonvalue.Value) *Error {
 	return invalid(field, "field '%s' must be %s, got an element of type %s", field, want, v.Kind())
 }
 
 // null leaves every field at its zero value, as encoding/json did.
 
-func wantString(field string, v Value, dst *string) error {
+func wantString(field string, v jsonvalue.Value, dst *string) error {
 	switch v.Kind() {
-	case Null:
+	case jsonvalue.Null:
 		*dst = ""
-	case String:
+	case jsonvalue.String:
 		*dst = v.Text()
 	default:
 		return typeError(field, "a string", v)
@@ -324,11 +326,11 @@ func wantString(field string, v Value, dst *string) error {
 	return nil
 }
 
-func wantBool(field string, v Value, dst *bool) error {
+func wantBool(field string, v jsonvalue.Value, dst *bool) error {
 	switch v.Kind() {
-	case Null:
+	case jsonvalue.Null:
 		*dst = false
-	case Bool:
+	case jsonvalue.Bool:
 		*dst = v.Boolean()
 	default:
 		return typeError(field, "a boolean", v)
@@ -336,7 +338,7 @@ func wantBool(field string, v Value, dst *bool) error {
 	return nil
 }
 
-func wantBoolPtr(field string, v Value) (*bool, error) {
+func wantBoolPtr(field string, v jsonvalue.Value) (*bool, error) {
 	if v.IsNull() {
 		return nil, nil
 	}
@@ -347,7 +349,7 @@ func wantBoolPtr(field string, v Value) (*bool, error) {
 	return &b, nil
 }
 
-func wantInt(field string, v Value) (*int, error) {
+func wantInt(field string, v jsonvalue.Value) (*int, error) {
 	if v.IsNull() {
 		return nil, nil
 	}
@@ -361,15 +363,15 @@ func wantInt(field string, v Value) (*int, error) {
 
 // parsePrompt accepts a string, a list of strings, a list of token ids, or a list of
 // token-id lists, as vLLM's /v1/completions does.
-func parsePrompt(v Value, r *Request) error {
+func parsePrompt(v jsonvalue.Value, r *Request) error {
 	bad := invalid("prompt", "field 'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists")
 	switch v.Kind() {
-	case Null:
+	case jsonvalue.Null:
 		return invalid("prompt", "field 'prompt' is required")
-	case String:
+	case jsonvalue.String:
 		r.Prompts = []string{v.Text()}
 		return nil
-	case Array:
+	case jsonvalue.Array:
 	default:
 		return bad
 	}
@@ -377,7 +379,7 @@ func parsePrompt(v Value, r *Request) error {
 		return bad
 	}
 	switch v.Index(0).Kind() {
-	case String:
+	case jsonvalue.String:
 		ss := make([]string, v.Len())
 		for i := range ss {
 			s, ok := v.Index(i).Str()
@@ -388,18 +390,18 @@ func parsePrompt(v Value, r *Request) error {
 		}
 		r.Prompts = ss
 		return nil
-	case Number:
+	case jsonvalue.Number:
 		ids, ok := tokenIDs(v)
 		if !ok {
 			return bad
 		}
 		r.PromptTokenIDs = [][]uint32{ids}
 		return nil
-	case Array:
+	case jsonvalue.Array:
 		idss := make([][]uint32, v.Len())
 		for i := range idss {
 			e := v.Index(i)
-			if e.Kind() != Array {
+			if e.Kind() != jsonvalue.Array {
 				return bad
 			}
 			ids, ok := tokenIDs(e)
@@ -418,11 +420,11 @@ func parsePrompt(v Value, r *Request) error {
 }
 
 // tokenIDs reads an array of non-negative 32-bit integers.
-func tokenIDs(v Value) ([]uint32, bool) {
+func tokenIDs(v jsonvalue.Value) ([]uint32, bool) {
 	ids := make([]uint32, v.Len())
 	for i := range ids {
 		e := v.Index(i)
-		if e.Kind() != Number || !e.IsInt() {
+		if e.Kind() != jsonvalue.Number || !e.IsInt() {
 			return nil, false
 		}
 		n, err := strconv.ParseUint(e.Text(), 10, 32)
@@ -460,59 +462,5 @@ func TooLarge(limit int) *Error {
 // value that is itself cut, or that a later cut "model" key overrides, gives "", false.
 // It returns "" when the body is not a JSON object or the field is absent or not a string.
 func SniffModel(body []byte) (model string, sure bool) {
-	p := parser{b: body, s: string(body)}
-	p.ws()
-	if p.i >= len(p.b) || p.b[p.i] != '{' {
-		return "", false
-	}
-	p.i++
-	p.ws()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		return "", true
-	}
-	for {
-		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return strings.Clone(model), false
-		}
-		key, err := p.str()
-		if err != nil {
-			return cut(model, key == "model"), false
-		}
-		p.ws()
-		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return cut(model, key == "model"), false
-		}
-		p.i++
-		p.ws()
-		v, err := p.value(1)
-		if err != nil {
-			return cut(model, key == "model"), false
-		}
-		if key == "model" {
-			model, _ = v.Str()
-		}
-		p.ws()
-		if p.i >= len(p.b) {
-			return strings.Clone(model), false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.ws()
-		case '}':
-			p.i++
-			return strings.Clone(model), true
-		default:
-			return strings.Clone(model), false
-		}
-	}
-}
-
-// cut is the sniffed model when the body ends inside a member: a cut "model" member
-// overrides what came before, with a value that cannot be known.
-func cut(model string, isModel bool) string {
-	if isModel {
-		return ""
-	}
-	return strings.Clone(model)
+	return jsonvalue.SniffString(body, "model")
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 )
 
 func TestAPIForPath(t *testing.T) {
@@ -43,7 +45,7 @@ func TestParseChat(t *testing.T) {
 		!kwargFalse(r, "enable_thinking") || r.ReasoningEffort != "low" || r.CacheSalt != "s1" {
 		t.Fatalf("parsed %+v", r)
 	}
-	if r.Messages[0].Field("content").Kind() != Array {
+	if r.Messages[0].Field("content").Kind() != jsonvalue.Array {
 		t.Fatal("multi-part content must be kept as sent")
 	}
 	r, _ = Parse(APIChat, []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`))
@@ -54,7 +56,7 @@ func TestParseChat(t *testing.T) {
 
 func kwargFalse(r *Request, key string) bool {
 	v, ok := r.Kwarg(key)
-	return ok && v.Kind() == Bool && !v.Boolean()
+	return ok && v.Kind() == jsonvalue.Bool && !v.Boolean()
 }
 
 func TestParseCompletionsPromptShapes(t *testing.T) {
@@ -75,7 +77,7 @@ func TestParseCompletionsPromptShapes(t *testing.T) {
 
 func TestParseMessages(t *testing.T) {
 	r, err := Parse(APIMessages, []byte(`{"model":"m","max_tokens":64,"system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":"hi"}],"stream":true}`))
-	if err != nil || r.System.Kind() != Array || r.MaxTokens != 64 || !r.Stream {
+	if err != nil || r.System.Kind() != jsonvalue.Array || r.MaxTokens != 64 || !r.Stream {
 		t.Fatalf("%+v %v", r, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
@@ -64,7 +65,7 @@ func newFixture(t testing.TB, n int, ttl time.Duration) *fixture {
 	return f
 }
 
-var chat = &request.Request{API: request.APIChat, Model: "m", Messages: request.MessagesOf([]map[string]any{{"role": "user", "content": "x"}})}
+var chat = &request.Request{API: request.APIChat, Model: "m", Messages: jsonvalue.MessagesOf([]map[string]any{{"role": "user", "content": "x"}})}
 
 func (f *fixture) booked(name string) scoring.Booked {
 	ws, _ := f.r.Snapshot()

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/workers"
 )
@@ -62,7 +63,7 @@ func TestLeastRequest(t *testing.T) {
 
 func chat(text string) *Input {
 	in := input(len(text) / 4)
-	in.Request = &request.Request{API: request.APIChat, Model: "m", Messages: request.MessagesOf([]map[string]any{{"role": "user", "content": text}})}
+	in.Request = &request.Request{API: request.APIChat, Model: "m", Messages: jsonvalue.MessagesOf([]map[string]any{{"role": "user", "content": text}})}
 	return in
 }
 
@@ -194,7 +195,7 @@ func TestRadixTree(t *testing.T) {
 }
 
 func TestPromptText(t *testing.T) {
-	in := &Input{Request: &request.Request{System: request.StringValue("sys"), Messages: request.MessagesOf([]map[string]any{
+	in := &Input{Request: &request.Request{System: jsonvalue.StringValue("sys"), Messages: jsonvalue.MessagesOf([]map[string]any{
 		{"role": "user", "content": []any{map[string]any{"type": "text", "text": "hi"}, map[string]any{"type": "image_url"}}},
 	})}}
 	if got := PromptText(in); got != "sys\nuser: hi<image_url>\n" {

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"strings"
 
-	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 )
 
 // PromptText is the text the text-based baselines (GIE approximate prefix, SGLang
@@ -55,15 +55,15 @@ func writeTokens(b *strings.Builder, toks []uint32) {
 // writeContent writes a message content: a string, or the "text" of each part of a
 // multi-part content (OpenAI content parts, Anthropic content blocks); other parts
 // (images, tool calls) are written as their type name.
-func writeContent(b *strings.Builder, c request.Value) {
+func writeContent(b *strings.Builder, c jsonvalue.Value) {
 	switch c.Kind() {
-	case request.Null:
-	case request.String, request.Number:
+	case jsonvalue.Null:
+	case jsonvalue.String, jsonvalue.Number:
 		b.WriteString(c.Text())
-	case request.Array:
+	case jsonvalue.Array:
 		for i := range c.Len() {
 			p := c.Index(i)
-			if p.Kind() == request.Object {
+			if p.Kind() == jsonvalue.Object {
 				if t, ok := p.Field("text").Str(); ok {
 					b.WriteString(t)
 				} else if t, ok := p.Field("type").Str(); ok {

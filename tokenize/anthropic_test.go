@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/request"
 )
 
@@ -92,7 +93,7 @@ func TestAnthropicConversion(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("got %d messages, want system, user, assistant, tool: %v", len(got), got)
 	}
-	str := func(v request.Value, k string) string { s, _ := v.Field(k).Str(); return s }
+	str := func(v jsonvalue.Value, k string) string { s, _ := v.Field(k).Str(); return s }
 	if str(got[0], "content") != "A. B." {
 		t.Errorf("system = %q, want the billing header dropped and system parts joined", str(got[0], "content"))
 	}

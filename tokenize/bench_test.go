@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/request"
 )
 
@@ -37,13 +38,13 @@ func BenchmarkEncode(b *testing.B) {
 
 // longChat builds a conversation of `turns` messages from the English corpus text,
 // each of about perTurn bytes, after a system prompt.
-func longChat(tb testing.TB, turns, perTurn int) []request.Value {
+func longChat(tb testing.TB, turns, perTurn int) []jsonvalue.Value {
 	text, err := os.ReadFile(filepath.Join("testdata", "long_en.txt"))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	src := string(text)
-	msgs := request.MessagesOf([]map[string]any{{"role": "system", "content": "You are a helpful assistant."}})
+	msgs := jsonvalue.MessagesOf([]map[string]any{{"role": "system", "content": "You are a helpful assistant."}})
 	off := 0
 	for i := 0; i < turns; i++ {
 		role := "user"
@@ -57,7 +58,7 @@ func longChat(tb testing.TB, turns, perTurn int) []request.Value {
 			sb.WriteString(src[off : off+n])
 			off = (off + n) % len(src)
 		}
-		msgs = append(msgs, request.ValueOf(map[string]any{"role": role, "content": sb.String()}))
+		msgs = append(msgs, jsonvalue.ValueOf(map[string]any{"role": role, "content": sb.String()}))
 	}
 	return msgs
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ardanlabs/jinja"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/request"
 )
 
@@ -36,7 +37,7 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 	ct := &chatTemplate{tmpl: t, src: src, openai: contentLoop.MatchString(src)}
 	// Render a small conversation once so that a template using something the engine
 	// lacks (an unknown filter or method) is reported at load time, not per request.
-	probe := request.ValueOf([]any{map[string]any{"role": "system", "content": "s"}, map[string]any{"role": "user", "content": "u"},
+	probe := jsonvalue.ValueOf([]any{map[string]any{"role": "system", "content": "s"}, map[string]any{"role": "user", "content": "u"},
 		map[string]any{"role": "assistant", "content": "a"}, map[string]any{"role": "user", "content": "u"}})
 	vars := map[string]jinja.Value{"messages": toJinja(probe), "add_generation_prompt": jinja.NewBool(true), tojsonFilter: tojsonValue}
 	if _, err := t.RenderValues(vars); err != nil && !strings.Contains(err.Error(), "raise_exception") {
@@ -162,7 +163,7 @@ var ErrContent = errors.New("tokenize: unsupported message content")
 // _postprocess_messages), keys in vLLM's order: role, content, tool_calls (assistant,
 // non-empty), reasoning and reasoning_content (assistant), tool_call_id (tool), name
 // and task (strings).
-func normalizeMessages(msgs []request.Value, openai bool) (jinja.Value, error) {
+func normalizeMessages(msgs []jsonvalue.Value, openai bool) (jinja.Value, error) {
 	out := make([]jinja.Value, 0, len(msgs))
 	for i, msg := range msgs {
 		role, _ := msg.Field("role").Str()
@@ -183,7 +184,7 @@ func normalizeMessages(msgs []request.Value, openai bool) (jinja.Value, error) {
 		}
 		dict.Set("content", content)
 		if role == "assistant" {
-			if tcs := msg.Field("tool_calls"); tcs.Kind() == request.Array && tcs.Len() > 0 {
+			if tcs := msg.Field("tool_calls"); tcs.Kind() == jsonvalue.Array && tcs.Len() > 0 {
 				calls := make([]jinja.Value, 0, tcs.Len())
 				for j := range tcs.Len() {
 					calls = append(calls, normalizeToolCall(tcs.Index(j)))
@@ -214,19 +215,19 @@ func normalizeMessages(msgs []request.Value, openai bool) (jinja.Value, error) {
 
 // normalizeContent applies vLLM's content format: "string" joins text parts with "\n"
 // (empty parts dropped, null → ""); "openai" passes a list of text parts (null → []).
-func normalizeContent(c request.Value, openai bool) (jinja.Value, error) {
+func normalizeContent(c jsonvalue.Value, openai bool) (jinja.Value, error) {
 	var parts []string
 	switch c.Kind() {
-	case request.Null:
-	case request.String:
+	case jsonvalue.Null:
+	case jsonvalue.String:
 		if !openai {
 			return jinja.NewString(c.Text()), nil
 		}
 		parts = []string{c.Text()}
-	case request.Array:
+	case jsonvalue.Array:
 		for i := range c.Len() {
 			p := c.Index(i)
-			if p.Kind() != request.Object {
+			if p.Kind() != jsonvalue.Object {
 				if s, ok := p.Str(); ok {
 					parts = append(parts, s)
 					continue
@@ -273,8 +274,8 @@ func normalizeContent(c request.Value, openai bool) (jinja.Value, error) {
 
 // normalizeToolCall copies an assistant tool call with function.arguments parsed from
 // its JSON string into an object (invalid or empty → {}), key order kept.
-func normalizeToolCall(tc request.Value) jinja.Value {
-	if tc.Kind() != request.Object {
+func normalizeToolCall(tc jsonvalue.Value) jinja.Value {
+	if tc.Kind() != jsonvalue.Object {
 		return toJinja(tc)
 	}
 	d := jinja.NewDict()
@@ -284,18 +285,18 @@ func normalizeToolCall(tc request.Value) jinja.Value {
 			dict.Set(k, toJinja(v))
 		}
 	}
-	if fn := tc.Field("function"); fn.Kind() == request.Object {
+	if fn := tc.Field("function"); fn.Kind() == jsonvalue.Object {
 		f := jinja.NewDict()
 		if v, ok := fn.Get("name"); ok {
 			f.AsDict().Set("name", toJinja(v))
 		}
 		args := jinja.NewDict()
 		switch a := fn.Field("arguments"); a.Kind() {
-		case request.String:
+		case jsonvalue.String:
 			if v, err := decodeOrdered([]byte(a.Text())); err == nil {
 				args = v // any valid JSON, as json.loads; invalid or empty → {}
 			}
-		case request.Object, request.Array:
+		case jsonvalue.Object, jsonvalue.Array:
 			args = toJinja(a)
 		}
 		f.AsDict().Set("arguments", args)
@@ -317,7 +318,7 @@ func normalizeTools(req *request.Request) (jinja.Value, error) {
 	if len(req.Tools) == 0 {
 		return jinja.None(), nil
 	}
-	field := func(v request.Value, k string) jinja.Value {
+	field := func(v jsonvalue.Value, k string) jinja.Value {
 		if x, ok := v.Get(k); ok {
 			return toJinja(x)
 		}
@@ -326,7 +327,7 @@ func normalizeTools(req *request.Request) (jinja.Value, error) {
 	out := make([]jinja.Value, 0, len(req.Tools))
 	for _, t := range req.Tools {
 		var name, desc, params, strict jinja.Value
-		if fn := t.Field("function"); fn.Kind() == request.Object {
+		if fn := t.Field("function"); fn.Kind() == jsonvalue.Object {
 			name, desc, params, strict = field(fn, "name"), field(fn, "description"), field(fn, "parameters"), field(fn, "strict")
 		} else { // Anthropic form
 			name, desc, params = field(t, "name"), field(t, "description"), field(t, "input_schema")
@@ -365,14 +366,14 @@ func orNone(v jinja.Value) jinja.Value {
 // sent); a user's tool_result blocks become tool messages placed before the message;
 // a user message left without content is dropped. Images are ErrContent (the remote
 // path handles them).
-func anthropicToChat(system request.Value, msgs []request.Value) ([]request.Value, error) {
+func anthropicToChat(system jsonvalue.Value, msgs []jsonvalue.Value) ([]jsonvalue.Value, error) {
 	var sys []string
-	addSystem := func(c request.Value) error {
+	addSystem := func(c jsonvalue.Value) error {
 		switch c.Kind() {
-		case request.Null:
-		case request.String:
+		case jsonvalue.Null:
+		case jsonvalue.String:
 			sys = append(sys, c.Text())
-		case request.Array:
+		case jsonvalue.Array:
 			for i := range c.Len() {
 				b := c.Index(i)
 				t, _ := b.Field("text").Str()
@@ -395,26 +396,26 @@ func anthropicToChat(system request.Value, msgs []request.Value) ([]request.Valu
 			}
 		}
 	}
-	str := request.StringValue
-	var out []request.Value
+	str := jsonvalue.StringValue
+	var out []jsonvalue.Value
 	if len(sys) > 0 {
-		out = append(out, request.ObjectValue(request.Member{Key: "role", Value: str("system")},
-			request.Member{Key: "content", Value: str(strings.Join(sys, ""))}))
+		out = append(out, jsonvalue.ObjectValue(jsonvalue.Member{Key: "role", Value: str("system")},
+			jsonvalue.Member{Key: "content", Value: str(strings.Join(sys, ""))}))
 	}
 	for i, msg := range msgs {
 		role, _ := msg.Field("role").Str()
 		if role == "system" {
 			continue
 		}
-		m := []request.Member{{Key: "role", Value: str(role)}}
+		m := []jsonvalue.Member{{Key: "role", Value: str(role)}}
 		content := msg.Field("content")
-		if content.Kind() != request.Array {
-			out = append(out, request.ObjectValue(append(m, request.Member{Key: "content", Value: content})...))
+		if content.Kind() != jsonvalue.Array {
+			out = append(out, jsonvalue.ObjectValue(append(m, jsonvalue.Member{Key: "content", Value: content})...))
 			continue
 		}
-		var parts []request.Value
+		var parts []jsonvalue.Value
 		var texts []string
-		var calls []request.Value
+		var calls []jsonvalue.Value
 		var reasoning []string
 		for j := range content.Len() {
 			b := content.Index(j)
@@ -422,7 +423,7 @@ func anthropicToChat(system request.Value, msgs []request.Value) ([]request.Valu
 			switch typ {
 			case "text":
 				if t, _ := b.Field("text").Str(); t != "" {
-					parts = append(parts, request.ObjectValue(request.Member{Key: "type", Value: str("text")}, request.Member{Key: "text", Value: str(t)}))
+					parts = append(parts, jsonvalue.ObjectValue(jsonvalue.Member{Key: "type", Value: str("text")}, jsonvalue.Member{Key: "text", Value: str(t)}))
 					texts = append(texts, t)
 				}
 			case "thinking":
@@ -432,16 +433,16 @@ func anthropicToChat(system request.Value, msgs []request.Value) ([]request.Valu
 			case "tool_use":
 				input := b.Field("input")
 				if input.IsNull() {
-					input = request.ObjectValue()
+					input = jsonvalue.ObjectValue()
 				}
 				id, _ := b.Field("id").Str()
 				name, _ := b.Field("name").Str()
-				calls = append(calls, request.ObjectValue(
-					request.Member{Key: "id", Value: str(id)},
-					request.Member{Key: "type", Value: str("function")},
-					request.Member{Key: "function", Value: request.ObjectValue(
-						request.Member{Key: "name", Value: str(name)},
-						request.Member{Key: "arguments", Value: str(string(input.AppendJSON(nil)))})}))
+				calls = append(calls, jsonvalue.ObjectValue(
+					jsonvalue.Member{Key: "id", Value: str(id)},
+					jsonvalue.Member{Key: "type", Value: str("function")},
+					jsonvalue.Member{Key: "function", Value: jsonvalue.ObjectValue(
+						jsonvalue.Member{Key: "name", Value: str(name)},
+						jsonvalue.Member{Key: "arguments", Value: str(string(input.AppendJSON(nil)))})}))
 			case "tool_result":
 				text, err := toolResultText(b.Field("content"))
 				if err != nil {
@@ -449,11 +450,11 @@ func anthropicToChat(system request.Value, msgs []request.Value) ([]request.Valu
 				}
 				if role == "user" {
 					id, _ := b.Field("tool_use_id").Str()
-					out = append(out, request.ObjectValue(request.Member{Key: "role", Value: str("tool")},
-						request.Member{Key: "tool_call_id", Value: str(id)}, request.Member{Key: "content", Value: str(text)}))
+					out = append(out, jsonvalue.ObjectValue(jsonvalue.Member{Key: "role", Value: str("tool")},
+						jsonvalue.Member{Key: "tool_call_id", Value: str(id)}, jsonvalue.Member{Key: "content", Value: str(text)}))
 				} else {
 					t := "Tool result: " + text
-					parts = append(parts, request.ObjectValue(request.Member{Key: "type", Value: str("text")}, request.Member{Key: "text", Value: str(t)}))
+					parts = append(parts, jsonvalue.ObjectValue(jsonvalue.Member{Key: "type", Value: str("text")}, jsonvalue.Member{Key: "text", Value: str(t)}))
 					texts = append(texts, t)
 				}
 			case "image":
@@ -462,32 +463,32 @@ func anthropicToChat(system request.Value, msgs []request.Value) ([]request.Valu
 		}
 		switch {
 		case len(parts) == 1:
-			m = append(m, request.Member{Key: "content", Value: str(texts[0])})
+			m = append(m, jsonvalue.Member{Key: "content", Value: str(texts[0])})
 		case len(parts) > 1:
-			m = append(m, request.Member{Key: "content", Value: request.ArrayValue(parts...)})
+			m = append(m, jsonvalue.Member{Key: "content", Value: jsonvalue.ArrayValue(parts...)})
 		}
 		if len(reasoning) > 0 {
-			m = append(m, request.Member{Key: "reasoning", Value: str(strings.Join(reasoning, ""))})
+			m = append(m, jsonvalue.Member{Key: "reasoning", Value: str(strings.Join(reasoning, ""))})
 		}
 		if len(calls) > 0 {
-			m = append(m, request.Member{Key: "tool_calls", Value: request.ArrayValue(calls...)})
+			m = append(m, jsonvalue.Member{Key: "tool_calls", Value: jsonvalue.ArrayValue(calls...)})
 		}
 		if role == "user" && len(parts) == 0 {
 			continue
 		}
-		out = append(out, request.ObjectValue(m...))
+		out = append(out, jsonvalue.ObjectValue(m...))
 	}
 	return out, nil
 }
 
 // toolResultText is a tool_result's text: a string as is, text blocks joined with "\n".
-func toolResultText(c request.Value) (string, error) {
+func toolResultText(c jsonvalue.Value) (string, error) {
 	switch c.Kind() {
-	case request.Null:
+	case jsonvalue.Null:
 		return "", nil
-	case request.String:
+	case jsonvalue.String:
 		return c.Text(), nil
-	case request.Array:
+	case jsonvalue.Array:
 		var texts []string
 		for i := range c.Len() {
 			b := c.Index(i)

@@ -92,7 +92,7 @@
 //	added.go                added/special token splitting
 //	cache.go                byte-bounded segment cache
 //	chat.go, jsonvalue.go   chat templates, vLLM message/tool normalization, Anthropic
-//	tojson.go               request values → template values; Python json.dumps tojson
+//	tojson.go               jsonvalue.Values → template values; Python json.dumps tojson
 //	service.go, remote.go   per-model path chains, worker /tokenize, health, metrics
 //	shadow.go               sampled shadow check of local ids against the picked worker
 //	testdata/gen            reference generator (make tokenizer-goldens)
@@ -103,7 +103,7 @@
 // templates whose defaults are transformers' environment (trim_blocks, lstrip_blocks,
 // loopcontrols, tojson with ensure_ascii=False and Python separators, raise_exception,
 // strftime_now) and whose dicts keep insertion order. Messages, tools and kwargs come
-// from the request's one parse (request.Value: key order as sent, a repeated key
+// from the request's one parse (jsonvalue.Value: key order as sent, a repeated key
 // last-wins, number literals kept) and are converted straight to template values.
 // `|tojson` is routed to pyToJSON (tojson.go), which prints what json.dumps prints
 // after json.loads: floats in Python repr form (1.0, 1000.0 from 1E3, 1e-07, 1e+16),

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/request"
 )
 
@@ -186,7 +187,7 @@ func (m *Model) harmonyMessages(req *request.Request) ([]hmsg, error) {
 }
 
 // harmonyMessage converts one chat message (parse_chat_input_to_harmony_message).
-func harmonyMessage(msg request.Value, names map[string]string) ([]hmsg, error) {
+func harmonyMessage(msg jsonvalue.Value, names map[string]string) ([]hmsg, error) {
 	role, _ := msg.Field("role").Str()
 	switch role {
 	case "user", "assistant", "tool":
@@ -199,7 +200,7 @@ func harmonyMessage(msg request.Value, names map[string]string) ([]hmsg, error) 
 		}
 	}
 	reasoning := ""
-	if r := msg.Field("reasoning"); r.Kind() != request.Null {
+	if r := msg.Field("reasoning"); r.Kind() != jsonvalue.Null {
 		s, ok := r.Str()
 		if !ok {
 			return nil, errHarmony("reasoning of type %s", r.Kind())
@@ -211,7 +212,7 @@ func harmonyMessage(msg request.Value, names map[string]string) ([]hmsg, error) 
 		return nil, err
 	}
 	tcs := msg.Field("tool_calls")
-	if role == "assistant" && tcs.Kind() == request.Array && tcs.Len() > 0 {
+	if role == "assistant" && tcs.Kind() == jsonvalue.Array && tcs.Len() > 0 {
 		var out []hmsg
 		if c := strings.Join(parts, ""); c != "" {
 			out = append(out, hmsg{role: "assistant", channel: "commentary", texts: []string{c}})
@@ -224,8 +225,8 @@ func harmonyMessage(msg request.Value, names map[string]string) ([]hmsg, error) 
 			name, _ := fn.Field("name").Str()
 			args := ""
 			switch a := fn.Field("arguments"); a.Kind() {
-			case request.Null:
-			case request.String:
+			case jsonvalue.Null:
+			case jsonvalue.String:
 				args = a.Text()
 			default:
 				return nil, errHarmony("tool call arguments of type %s", a.Kind())
@@ -255,13 +256,13 @@ func harmonyMessage(msg request.Value, names map[string]string) ([]hmsg, error) 
 
 // harmonyTexts returns a message content's texts: a string is one text, a list gives
 // one text per text part (vLLM keeps them as separate TextContents), null none.
-func harmonyTexts(c request.Value) ([]string, error) {
+func harmonyTexts(c jsonvalue.Value) ([]string, error) {
 	switch c.Kind() {
-	case request.Null:
+	case jsonvalue.Null:
 		return nil, nil
-	case request.String:
+	case jsonvalue.String:
 		return []string{c.Text()}, nil
-	case request.Array:
+	case jsonvalue.Array:
 		out := make([]string, 0, c.Len())
 		for i := range c.Len() {
 			p := c.Index(i)

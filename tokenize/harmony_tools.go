@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 )
 
 // harmonyTools renders the developer message's tools section for OpenAI function
 // tools (harmony's template_tools_section for the "functions" namespace).
-func harmonyTools(tools []request.Value) (string, error) {
+func harmonyTools(tools []jsonvalue.Value) (string, error) {
 	var sb strings.Builder
 	sb.WriteString("# Tools\n\n## functions\n\nnamespace functions {\n")
 	for i, t := range tools {
@@ -31,7 +31,7 @@ func harmonyTools(tools []request.Value) (string, error) {
 			sb.WriteString("// " + line + "\n")
 		}
 		params := fn.Field("parameters")
-		if params.Kind() == request.Null {
+		if params.Kind() == jsonvalue.Null {
 			sb.WriteString("type " + name + " = () => any;\n")
 			continue
 		}
@@ -51,11 +51,11 @@ func harmonyTools(tools []request.Value) (string, error) {
 // default as a trailing comment), string enums as unions of quoted values, integer as
 // number, arrays as T[] (Array<any> without items), a list of types as a union, and
 // anything else as any. oneOf is refused.
-func schemaTS(s request.Value, indent string) (string, error) {
+func schemaTS(s jsonvalue.Value, indent string) (string, error) {
 	if _, ok := s.Get("oneOf"); ok {
 		return "", errHarmony("schema with oneOf")
 	}
-	if types := s.Field("type"); types.Kind() == request.Array {
+	if types := s.Field("type"); types.Kind() == jsonvalue.Array {
 		var out []string
 		for i := range types.Len() {
 			if t, ok := types.Index(i).Str(); ok {
@@ -80,9 +80,9 @@ func schemaTS(s request.Value, indent string) (string, error) {
 			sb.WriteString(indent + "// " + d + "\n")
 		}
 		sb.WriteString("{\n")
-		if props := s.Field("properties"); props.Kind() == request.Object {
+		if props := s.Field("properties"); props.Kind() == jsonvalue.Object {
 			required := map[string]bool{}
-			if req := s.Field("required"); req.Kind() == request.Array {
+			if req := s.Field("required"); req.Kind() == jsonvalue.Array {
 				for i := range req.Len() {
 					if r, ok := req.Index(i).Str(); ok {
 						required[r] = true
@@ -100,7 +100,7 @@ func schemaTS(s request.Value, indent string) (string, error) {
 				if d, ok := v.Field("description").Str(); ok {
 					sb.WriteString(indent + "// " + d + "\n")
 				}
-				if ex := v.Field("examples"); ex.Kind() == request.Array && ex.Len() > 0 {
+				if ex := v.Field("examples"); ex.Kind() == jsonvalue.Array && ex.Len() > 0 {
 					sb.WriteString(indent + "// Examples:\n")
 					for i := range ex.Len() {
 						if e, ok := ex.Index(i).Str(); ok {
@@ -133,7 +133,7 @@ func schemaTS(s request.Value, indent string) (string, error) {
 		sb.WriteString(indent + "}")
 		return sb.String(), nil
 	case "string":
-		if e := s.Field("enum"); e.Kind() == request.Array {
+		if e := s.Field("enum"); e.Kind() == jsonvalue.Array {
 			var vals []string
 			for i := range e.Len() {
 				if v, ok := e.Index(i).Str(); ok {
@@ -162,9 +162,9 @@ func schemaTS(s request.Value, indent string) (string, error) {
 	return "any", nil
 }
 
-func isEnum(s request.Value) bool {
+func isEnum(s jsonvalue.Value) bool {
 	e := s.Field("enum")
-	return e.Kind() == request.Array && e.Len() > 0
+	return e.Kind() == jsonvalue.Array && e.Len() > 0
 }
 
 // rustLines splits s as Rust's str::lines: on "\n", a trailing "\r" stripped from
@@ -184,21 +184,21 @@ func rustLines(s string) []string {
 // defaultComment is a default value as harmony prints it: a string quoted unless the
 // schema is an enum, integers, booleans and null as JSON. Other values (floats,
 // arrays, objects: serde_json's formatting) are refused.
-func defaultComment(v request.Value, enum bool) (string, error) {
+func defaultComment(v jsonvalue.Value, enum bool) (string, error) {
 	switch v.Kind() {
-	case request.String:
+	case jsonvalue.String:
 		if enum {
 			return v.Text(), nil
 		}
 		return "\"" + v.Text() + "\"", nil
-	case request.Bool:
+	case jsonvalue.Bool:
 		if v.Boolean() {
 			return "true", nil
 		}
 		return "false", nil
-	case request.Null:
+	case jsonvalue.Null:
 		return "null", nil
-	case request.Number:
+	case jsonvalue.Number:
 		if n, ok := v.Int(); ok && v.IsInt() {
 			return fmt.Sprint(n), nil
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/request"
 )
 
@@ -111,7 +112,7 @@ func remoteBodies(req *request.Request) ([][]byte, error) {
 		}
 		b := map[string]any{"model": req.Model, "messages": msgs}
 		if len(req.Tools) > 0 {
-			b["tools"] = req.Tools // request.Value marshals in the client's key order
+			b["tools"] = req.Tools // jsonvalue.Value marshals in the client's key order
 		}
 		if req.AddGenerationPrompt != nil {
 			b["add_generation_prompt"] = *req.AddGenerationPrompt
@@ -119,15 +120,15 @@ func remoteBodies(req *request.Request) ([][]byte, error) {
 		if req.ContinueFinalMessage {
 			b["continue_final_message"] = true
 		}
-		kw := append([]request.Member(nil), req.ChatTemplateKwargs...)
+		kw := append([]jsonvalue.Member(nil), req.ChatTemplateKwargs...)
 		if req.ReasoningEffort != "" {
 			if _, ok := req.Kwarg("enable_thinking"); !ok {
-				kw = append(kw, request.Member{Key: "enable_thinking", Value: request.BoolValue(req.ReasoningEffort != "none")})
+				kw = append(kw, jsonvalue.Member{Key: "enable_thinking", Value: jsonvalue.BoolValue(req.ReasoningEffort != "none")})
 			}
-			kw = append(kw, request.Member{Key: "reasoning_effort", Value: request.StringValue(req.ReasoningEffort)})
+			kw = append(kw, jsonvalue.Member{Key: "reasoning_effort", Value: jsonvalue.StringValue(req.ReasoningEffort)})
 		}
 		if len(kw) > 0 {
-			b["chat_template_kwargs"] = request.ObjectValue(kw...)
+			b["chat_template_kwargs"] = jsonvalue.ObjectValue(kw...)
 		}
 		if req.AddSpecialTokens != nil {
 			b["add_special_tokens"] = *req.AddSpecialTokens

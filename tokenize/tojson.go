@@ -10,8 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
-
-	"github.com/kvroute/kvroute/request"
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 )
 
 // Chat templates print tool schemas and tool-call arguments with tojson, which
@@ -48,15 +47,15 @@ func bigInt(text string) jinja.Value {
 // toJinja converts a parsed request value to the template's value: objects keep key
 // order, integers (any size) stay integers, other numbers become floats as
 // json.loads makes them.
-func toJinja(v request.Value) jinja.Value {
+func toJinja(v jsonvalue.Value) jinja.Value {
 	switch v.Kind() {
-	case request.Null:
+	case jsonvalue.Null:
 		return jinja.None()
-	case request.Bool:
+	case jsonvalue.Bool:
 		return jinja.NewBool(v.Boolean())
-	case request.String:
+	case jsonvalue.String:
 		return jinja.NewString(v.Text())
-	case request.Number:
+	case jsonvalue.Number:
 		if v.IsInt() {
 			if n, ok := v.Int(); ok {
 				return jinja.NewInt(n)
@@ -65,7 +64,7 @@ func toJinja(v request.Value) jinja.Value {
 		}
 		f, _ := strconv.ParseFloat(v.Text(), 64) // ±Inf past the range, as float()
 		return jinja.NewFloat(f)
-	case request.Array:
+	case jsonvalue.Array:
 		items := make([]jinja.Value, v.Len())
 		for i := range items {
 			items[i] = toJinja(v.Index(i))

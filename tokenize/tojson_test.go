@@ -7,6 +7,7 @@ import (
 
 	"github.com/ardanlabs/jinja"
 
+	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/request"
 )
 
@@ -35,7 +36,7 @@ func TestTojsonMatchesPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range table.Cases {
-		v, err := request.ParseValue([]byte(c.In))
+		v, err := jsonvalue.ParseValue([]byte(c.In))
 		if err != nil {
 			t.Fatalf("%s: %v", c.In, err)
 		}

@@ -1,4 +1,4 @@
-package request
+package jsonvalue
 
 import (
 	"fmt"
