@@ -43,5 +43,5 @@
 // is FairQueue's (priority, then the Virtual Token Counter of Sheng et al., OSDI '24,
 // then FCFS), a pure core kvbench also runs in virtual time.
 //
-// Not done yet (issue 14): stream_options.include_usage injection.
+// Not done yet: stream_options.include_usage injection.
 package admission

@@ -135,7 +135,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 				return nil
 			}
 			// Round robin: start at the next worker, then the others in turn (a
-			// worker that fails is followed by another, issue 10 item 6).
+			// worker that fails is followed by another).
 			start := int(tokRR.Add(1) % uint64(len(ws)))
 			out := make([]string, len(ws))
 			for i := range ws {

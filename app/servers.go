@@ -15,7 +15,7 @@ import (
 )
 
 // httpServer returns an http.Server for h with the server.http_* timeouts: every HTTP
-// server kvroute starts goes through here (issue 10 items 2 and 11).
+// server kvroute starts goes through here.
 //
 //   - ReadHeaderTimeout (server.http_read_header_timeout): headers trickled byte by byte.
 //   - IdleTimeout (server.http_idle_timeout): idle keep-alive connections.

@@ -16,7 +16,7 @@ import (
 	"github.com/kvroute/kvroute/sim"
 )
 
-// Row goals of the scoreboard (issue 12): on a "level" row kvroute's mean p90 TTFT may
+// Row goals of the scoreboard: on a "level" row kvroute's mean p90 TTFT may
 // be at most 3 % worse than the best peer's; on a "lead" row (overload, heterogeneous
 // pool, slowdown, multi-turn) it must be ≥ 1.3× better. On every row kvroute must be
 // at least as good as kvroute_static (mean p90 within 3 %).
@@ -93,7 +93,7 @@ func traceLoader(path string, o TraceOptions) func(uint64) (*Workload, error) {
 	}
 }
 
-// ScoreboardRows returns the scoreboard of issue 12, sized to finish `make bench` on a
+// ScoreboardRows returns the scoreboard, sized to finish `make bench` on a
 // 2-core machine (see BENCHMARKS.md for the time it took):
 //   - shared prefix (8 × 6,000-token prefixes, 200-token suffix, 64 output tokens, 400
 //     requests), uniform and hot (16 prefixes, Zipf 1.2), Poisson 1–4 req/s, 3 × l40s-27b;

@@ -3,7 +3,7 @@
 // HTTP connection manager, the ext_proc filter, the router filter and an ORIGINAL_DST
 // cluster with use_http_header) is imitated here in Go. Every imitated behaviour
 // cites the Envoy source or doc it follows, with the citation keys of
-// ../shared/reference/envoy-ext-proc.md (CC ext_proc.cc, PS processor_state.cc, MU
+// Envoy's ext_proc filter source (CC ext_proc.cc, PS processor_state.cc, MU
 // mutation_utils.cc, MR mutation_rules, GC grpc_client_impl.h, OD original_dst
 // cluster, RT router.cc, CMU conn_manager_utility.cc, PM/EP/SVC the protos).
 //
@@ -104,7 +104,7 @@ type Config struct {
 	// StripHeaders) and selects it again only after a request-direction reply that
 	// carries a header mutation and clear_route_cache, or any such reply when
 	// RouteCacheClear is set (PS DecodingProcessorState::clearRouteCache; reference
-	// §5.2). nil: every request goes to ORIGINAL_DST (the bootstraps before issue 10).
+	// §5.2). nil: every request goes to ORIGINAL_DST (the earlier bootstraps).
 	FallbackWorkers []string
 	// RouteCacheClear is ext_proc's route_cache_action: CLEAR.
 	RouteCacheClear bool

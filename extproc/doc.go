@@ -6,7 +6,7 @@
 // writes the decision where Envoy reads it, and reports the response back to the
 // ticket (FirstToken, Done, Abort).
 //
-// Citation keys are those of ../shared/reference/envoy-ext-proc.md; paths are in
+// Citation keys name Envoy source files (CC ext_proc.cc, PS processor_state.cc, …); paths are in
 // envoyproxy/envoy: CC source/extensions/filters/http/ext_proc/ext_proc.cc, PS
 // …/processor_state.cc, MU …/mutation_utils.cc, PM/EP/SVC the ext_proc protos
 // (api/envoy/extensions/filters/http/ext_proc/v3/{processing_mode,ext_proc}.proto,

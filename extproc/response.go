@@ -16,7 +16,7 @@ import (
 // :status, the first generated token (SSE), usage and the end of the response.
 
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
-	if st.ticket == nil || st.completed {
+	if st.ended() {
 		return st.reply(headersReply(false, nil))
 	}
 	ct := ""
@@ -52,7 +52,7 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 }
 
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
-	if st.ticket != nil && !st.completed {
+	if !st.ended() {
 		if st.tracker == nil { // response header mode SKIP
 			st.tracker = response.NewTracker(st.req != nil && st.req.Stream, 0)
 		}
@@ -80,7 +80,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 // responseTrailers is completion for responses that end with trailers (gRPC upstreams:
 // the last body chunk has end_of_stream=false; GIE PR #2510, envoyproxy/envoy#37088).
 func (st *stream) responseTrailers() error {
-	if st.ticket != nil && !st.completed {
+	if !st.ended() {
 		if st.tracker != nil {
 			st.complete(st.tracker.Result(st.status, st.inference()))
 		} else {
@@ -91,22 +91,21 @@ func (st *stream) responseTrailers() error {
 }
 
 func (st *stream) complete(res response.Result) {
-	st.completed = true
-	res.Outcome = st.ticket.Complete(res, zeroTime)
-	st.settle(res)
-	st.record(res.Outcome)
-	st.route.Completed(res.Status, res.Usage)
+	st.record(st.flight.Complete(res, st.countedTokens()))
 }
 
-// settle settles the admission grant with res and the generated tokens counted from
-// the stream: none when no response body was seen, -1 (estimate) when not counted
-// (a non-SSE body, or response body mode NONE).
-func (st *stream) settle(res response.Result) {
-	counted := admission.Streamed(st.tracker)
+// ended reports whether the stream has no ticket to end: none was booked, or it was
+// completed or aborted already.
+func (st *stream) ended() bool { return st.flight == nil || st.flight.Ended() }
+
+// countedTokens is the generated tokens counted from the stream for the settlement:
+// none when no response body was seen, -1 (estimate) when not counted (a non-SSE body,
+// or response body mode NONE).
+func (st *stream) countedTokens() int {
 	if st.respMode == modeNone {
-		counted = -1 // Envoy sends no response body: unknown, not none
+		return -1 // Envoy sends no response body: unknown, not none
 	}
-	st.grant.Settle(res, counted)
+	return admission.Streamed(st.tracker)
 }
 
 // inference reports whether the request's path is an inference API (its 2xx body
@@ -116,15 +115,10 @@ func (st *stream) inference() bool { return st.api != request.APIOther }
 // finish ends the stream's ticket: a ticket not completed by now is aborted, with the
 // reason counted. Safe to call more than once.
 func (st *stream) finish(reason string) {
-	if st.ticket == nil || st.completed {
+	if st.ended() {
 		return
 	}
-	st.completed = true
-	o := st.ticket.AbortWith(response.OutcomeAborted)
-	st.settle(response.Result{Outcome: o})
-	st.record(o)
-	st.s.m.Aborts.WithLabelValues(reason).Inc()
-	st.route.Fail("aborted: " + reason)
+	st.record(st.flight.Abort(reason, response.OutcomeAborted, st.countedTokens()))
 }
 
 // record counts the request once, with outcome o, on kvroute_extproc_requests_total.

@@ -73,7 +73,7 @@ func New(opt Options) *Server {
 // recovered, counted, the ticket aborted, and the stream failed with INTERNAL (Envoy
 // then answers 500, or continues when failure_mode_allow is set).
 //
-// Limits (issue 10 item 8): at most extproc.max_streams streams are open at once (a
+// Limits: at most extproc.max_streams streams are open at once (a
 // stream over it fails at once with RESOURCE_EXHAUSTED, before any booking), and one
 // stream may send at most extproc.max_messages_per_second messages (token bucket with a
 // burst of one second's worth); over it the stream fails with RESOURCE_EXHAUSTED and its
@@ -115,7 +115,7 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) (err erro
 		if herr := st.handle(req); herr != nil {
 			if st.ctx.Err() != nil {
 				// Envoy cancelled the stream (client gone) while kvroute was replying:
-				// the send failed because of the cancel, so it is one (issue 11 item 15).
+				// the send failed because of the cancel, so it is one.
 				st.finish("cancelled")
 				return nil
 			}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
 	"github.com/kvroute/kvroute/router"
@@ -76,7 +77,7 @@ type stream struct {
 	// response direction
 	status     int
 	tracker    *response.Tracker
-	completed  bool // ticket.Done was called
+	flight     *front.Flight // the ticket's end (complete or abort, settlement); set with ticket
 	rspEOSSent bool
 	counted    bool // the request was counted on Requests (record)
 }
@@ -370,6 +371,9 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 		pk, st.grant, err = st.s.opt.Admission.Admit(ctx, st.s.opt.Router, req, router.PickOptions{RequestID: st.requestID, SLO: st.slo,
 			Subset: st.subset, SubsetHint: st.hasSubset, Fallbacks: st.s.opt.Config.FallbackEndpoints}, st.tenant, st.classIn)
 		st.ticket = pk.Ticket
+		if st.ticket != nil {
+			st.flight = &front.Flight{Ticket: st.ticket, Grant: st.grant, Route: st.route, Aborts: st.s.m.Aborts}
+		}
 	}
 	if err != nil {
 		return st.immediate(err)

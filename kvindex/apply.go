@@ -84,7 +84,7 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 			ix.flush(&cs)
 			ix.clearLocked(w, dpRank)
 			// The router's bookings on this worker predicted blocks of the cache that was
-			// just reset: they would count as cached until their TTL (issue 11 item 8).
+			// just reset: they would count as cached until their TTL.
 			ix.dropSpecLocked(w)
 			if len(w.ranks) <= 1 && w.desyncGen != 0 {
 				w.desyncGen = 0 // the whole cache is known again: empty

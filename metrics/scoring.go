@@ -3,7 +3,7 @@ package metrics
 import "github.com/prometheus/client_golang/prometheus"
 
 // Scoring holds the scoring metrics (TTFT predictions, learning, picks) and the vLLM
-// /metrics scraper's metrics (workers/scrape.go was built with scoring, issue 4).
+// /metrics scraper's metrics (workers/scrape.go was built with scoring).
 type Scoring struct {
 	// PredictedTTFT is the predicted time to first token of the chosen worker at pick time
 	// (label worker), seconds. Explain (dry-run) picks are not recorded.

@@ -13,7 +13,7 @@
 // front.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
 // same status and error JSON.
 //
-// Hardening (issue 10): only the inference API paths in Options.Proxy.Paths are
+// Hardening: only the inference API paths in Options.Proxy.Paths are
 // forwarded (others 404, so worker-admin routes such as POST /reset_prefix_cache stay
 // unreachable); a JSON API body with a non-JSON Content-Type is 415 (a missing one is
 // taken as JSON, as vLLM's FastAPI does); the body buffer grows with the bytes that
@@ -150,15 +150,12 @@ func New(opt Options) http.Handler {
 // flight is one proxied request's state, carried in the request context from
 // ServeHTTP to the ReverseProxy hooks. All hooks run on the handler's goroutine.
 type flight struct {
-	ticket   *router.Ticket
-	grant    *admission.Grant // settled when the ticket ends (settle)
-	counter  *response.Tracker
-	req      *request.Request
-	route    *tracing.Route
-	ended    bool             // Complete or Abort called
-	outcome  response.Outcome // what the ticket ended with (router.Ticket.Complete/AbortWith)
-	mayRetry bool             // first attempt: a connect failure may be retried on another worker
-	retry    bool             // set by errorHandler: nothing was written, pick again
+	front.Flight                  // the ticket's end: Complete or Abort, settlement, span
+	grant        *admission.Grant // the Flight's Grant, typed: CountsTokens, Release
+	counter      *response.Tracker
+	req          *request.Request
+	mayRetry     bool // first attempt: a connect failure may be retried on another worker
+	retry        bool // set by errorHandler: nothing was written, pick again
 
 	// Upstream watchdog: armed with the header timeout when the attempt starts, re-armed
 	// with the idle timeout by the response headers and every body read. When it fires,
@@ -178,11 +175,9 @@ func (f *flight) arm(d time.Duration) {
 
 type flightKey struct{}
 
-// settle settles f's admission grant with res and the generated tokens counted from
-// the stream: none when no response arrived, -1 (estimate) when they were not counted.
-func (f *flight) settle(res response.Result) {
-	f.grant.Settle(res, admission.Streamed(f.counter))
-}
+// counted is the generated tokens counted from the stream for the settlement: none
+// when no response arrived, -1 (estimate) when they were not counted.
+func (f *flight) counted() int { return admission.Streamed(f.counter) }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
@@ -206,10 +201,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		o := response.OutcomeRejected // kvroute answered itself, nothing was routed
 		if f != nil {
-			if !f.ended {
-				h.abort(f, reason, response.OutcomeAborted)
-			}
-			o = f.outcome
+			o = f.Abort(reason, response.OutcomeAborted, f.counted()) // the recorded outcome when it had ended
 		}
 		h.m.ProxyRequests.WithLabelValues(statusClass(rec.status), string(o)).Inc()
 		if p == http.ErrAbortHandler {
@@ -283,7 +275,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		t := pk.Ticket
 		route.Set(t.TraceAttributes()...)
-		f = &flight{ticket: t, grant: g, req: req, route: route, mayRetry: attempt == 0}
+		f = &flight{Flight: front.Flight{Ticket: t, Grant: g, Route: route, Aborts: h.m.Aborts}, grant: g, req: req, mayRetry: attempt == 0}
 		h.attempt(rec, r, f, body)
 		if !f.retry {
 			return
@@ -376,7 +368,7 @@ func (e *bodyError) Unwrap() []error { return []error{e.reply, e.cause} }
 
 // maxBodyPrealloc caps the buffer reserved before any body byte arrived (bytes): the
 // buffer grows with the bytes actually received, so a declared Content-Length (up to
-// max_body_bytes) costs nothing until the body comes (issue 10 item 2).
+// max_body_bytes) costs nothing until the body comes.
 const maxBodyPrealloc = 32 << 10
 
 // readBody reads at most limit bytes; a longer body is a 413 (request.TooLarge).
@@ -413,10 +405,10 @@ func (h *handler) slo(r *http.Request) time.Duration {
 // overwritten with the decision (never a client's value), as the ext_proc path does.
 func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	f := pr.In.Context().Value(flightKey{}).(*flight)
-	pr.SetURL(&url.URL{Scheme: "http", Host: f.ticket.Address})
+	pr.SetURL(&url.URL{Scheme: "http", Host: f.Ticket.Address})
 	pr.SetXForwarded()
 	if d := h.opt.Config.DestinationHeader; d != "" {
-		pr.Out.Header.Set(d, f.ticket.Address)
+		pr.Out.Header.Set(d, f.Ticket.Address)
 	}
 	// The tenant header is kvroute's input (trusted only from trusted_peers), never
 	// forwarded: a client's forged copy must not reach anything behind the worker.
@@ -424,7 +416,7 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Del(th)
 	}
 	// The worker continues the trace from kvroute's route span (W3C traceparent).
-	f.route.Inject(pr.Out.Header.Set)
+	f.Route.Inject(pr.Out.Header.Set)
 }
 
 func (h *handler) modifyResponse(resp *http.Response) error {
@@ -439,10 +431,10 @@ func (h *handler) modifyResponse(resp *http.Response) error {
 	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: tr, ctx: resp.Request.Context(),
 		inference: f.req.API != request.APIOther}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {
-		resp.Header.Set(wh, f.ticket.Worker)
+		resp.Header.Set(wh, f.Ticket.Worker)
 	}
-	if ph := h.opt.Config.PredictedTTFTHeader; ph != "" && f.ticket.Predicted.TTFT > 0 {
-		resp.Header.Set(ph, strconv.FormatFloat(math.Round(float64(f.ticket.Predicted.TTFT)/float64(time.Millisecond)), 'f', 0, 64))
+	if ph := h.opt.Config.PredictedTTFTHeader; ph != "" && f.Ticket.Predicted.TTFT > 0 {
+		resp.Header.Set(ph, strconv.FormatFloat(math.Round(float64(f.Ticket.Predicted.TTFT)/float64(time.Millisecond)), 'f', 0, 64))
 	}
 	return nil
 }
@@ -477,7 +469,7 @@ func (h *handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 			f.grant.Release() // nothing reached the worker: it costs nothing
 		}
 		h.abort(f, "upstream_error", response.OutcomeUpstreamError)
-		worker, addr = f.ticket.Worker, f.ticket.Address
+		worker, addr = f.Ticket.Worker, f.Ticket.Address
 	}
 	if f != nil && isDialError(err) {
 		if !h.opt.NoPassiveHealth {
@@ -507,28 +499,21 @@ func isDialError(err error) bool {
 // unhealthy through the passive-health path (unless passive health is off) until its
 // next successful /metrics scrape.
 func (h *handler) upstreamTimeout(f *flight, what string, d time.Duration) {
-	if f.ended {
+	if f.Ended() {
 		return
 	}
 	h.m.ProxyUpstreamErrors.Inc()
 	h.abort(f, "upstream_timeout", response.OutcomeUpstreamError)
 	if !h.opt.NoPassiveHealth {
-		h.opt.Router.Registry().SetHealthy(f.ticket.Worker, false)
+		h.opt.Router.Registry().SetHealthy(f.Ticket.Worker, false)
 	}
 	h.log.Warn("proxy: worker silent, request cut (marked unhealthy until its next successful scrape unless passive health is off)",
-		"worker", f.ticket.Worker, "address", f.ticket.Address, "waiting_for", what, "timeout", d)
+		"worker", f.Ticket.Worker, "address", f.Ticket.Address, "waiting_for", what, "timeout", d)
 }
 
 // abort ends f's ticket with outcome o, counting reason on kvroute_extproc_aborts_total.
 func (h *handler) abort(f *flight, reason string, o response.Outcome) {
-	if f.ended {
-		return
-	}
-	f.ended = true
-	f.outcome = f.ticket.AbortWith(o)
-	f.settle(response.Result{Outcome: f.outcome})
-	h.m.Aborts.WithLabelValues(reason).Inc()
-	f.route.Fail("aborted: " + reason)
+	f.Abort(reason, o, f.counted())
 }
 
 // writeError answers a refusal through the one shared mapping (front.ErrorReply).
@@ -541,94 +526,4 @@ func (h *handler) writeError(w http.ResponseWriter, api request.API, err error) 
 	w.Header().Set("Content-Length", strconv.Itoa(len(rep.Body)))
 	w.WriteHeader(rep.Status)
 	_, _ = w.Write(rep.Body)
-}
-
-// trackedBody feeds the response body to the Tracker as the ReverseProxy copies it.
-type trackedBody struct {
-	rc        io.ReadCloser
-	f         *flight
-	h         *handler
-	tr        *response.Tracker
-	status    int
-	inference bool // an inference API: the body decides the outcome (response.Tracker.Result)
-	ctx       context.Context
-}
-
-// Read completes the ticket at the end of the body: EOF, or the SSE end marker
-// ([DONE], Anthropic message_stop) — after it nothing can change the result, and a
-// client that hangs up right after it (the connection closes before the worker's
-// EOF is read) was served, not gone.
-func (b *trackedBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if n > 0 {
-		b.f.arm(b.h.opt.Proxy.UpstreamIdleTimeout)
-	}
-	if n > 0 && !b.f.ended && b.tr.Write(p[:n]) {
-		b.f.ticket.FirstToken(time.Time{})
-		b.f.route.Event("first_token", time.Time{})
-	}
-	switch {
-	case err != nil && err != io.EOF && b.f.timedOut.Load():
-		b.h.upstreamTimeout(b.f, "response body", b.h.opt.Proxy.UpstreamIdleTimeout)
-	case err == io.EOF || (!b.f.ended && b.tr.Ended()):
-		if !b.f.ended {
-			b.f.ended = true
-			res := b.tr.Result(b.status, b.inference)
-			b.f.outcome = b.f.ticket.Complete(res, time.Time{})
-			res.Outcome = b.f.outcome
-			b.f.settle(res)
-			b.f.route.Completed(res.Status, res.Usage)
-		}
-	case err != nil:
-		reason, o := "upstream_error", response.OutcomeUpstreamError
-		if b.ctx.Err() != nil || errors.Is(err, context.Canceled) {
-			reason, o = "client_gone", response.OutcomeAborted
-		}
-		b.h.abort(b.f, reason, o)
-	}
-	return n, err
-}
-
-// Close is called by the ReverseProxy when copying stops; a body not read to its end
-// (client gone, write error) is an abort.
-func (b *trackedBody) Close() error {
-	err := b.rc.Close()
-	b.h.abort(b.f, "client_gone", response.OutcomeAborted)
-	return err
-}
-
-// statusRecorder remembers the status for the metrics; Unwrap keeps Flush working
-// through http.ResponseController (what ReverseProxy uses).
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-	// per-write deadline (Options.WriteTimeout): a client that stops reading is cut
-	rc           *http.ResponseController
-	writeTimeout time.Duration
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	if s.rc != nil {
-		_ = s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func statusClass(code int) string {
-	if code == 0 {
-		return "error"
-	}
-	return strconv.Itoa(code/100) + "xx"
 }

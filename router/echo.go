@@ -3,7 +3,7 @@ package router
 import "unicode/utf8"
 
 // maxEchoedModel bounds the model name echoed in a 404 (bytes): a client-chosen string
-// of any length must not be reflected whole (issue 10 item 14).
+// of any length must not be reflected whole.
 const maxEchoedModel = 128
 
 // echoModel returns name cut to at most maxEchoedModel bytes on a UTF-8 boundary,

@@ -5,7 +5,7 @@ import (
 )
 
 // Encoder turns one event batch into the msgpack payload frame vLLM publishes.
-// Two formats exist (see ../shared/reference/vllm-kv-events.md): MapEncoder, vLLM ≥ 0.26
+// Two formats exist (vLLM vllm/distributed/kv_events.py): MapEncoder, vLLM ≥ 0.26
 // (each event a map whose first key is "type"), and ArrayEncoder, older vLLM (each event
 // a positional array). Both delegate to package kvevents, kvroute's one wire encoder, so
 // the simulator publishes exactly the bytes kvroute's decoder is tested against.

@@ -46,7 +46,7 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 }
 
 // RenderChat renders a chat or Anthropic messages request with the model's chat
-// template as vLLM does before tokenizing (see ../shared/reference/vllm-chat-rendering.md):
+// template as vLLM does before tokenizing (vLLM vllm/entrypoints/chat_utils.py):
 // messages normalized (reasoning_content → reasoning, tool_calls arguments parsed,
 // content as string or OpenAI parts per the template), tools normalized, template
 // variables add_generation_prompt (default true), continue_final_message, the special

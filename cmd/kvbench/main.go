@@ -97,7 +97,7 @@ func run(args []string) error {
 	qosObjective := fs.Duration("qos-objective", 2*time.Second, "qos: the class TTFT objective (wait while no worker is predicted within it)")
 	qosMaxQueue := fs.Duration("qos-max-queue", 60*time.Second, "qos: the class max_queue_time (past it: queue_timeout)")
 	nseeds := fs.Int("seeds", 1, "run seeds seed..seed+N-1 and report mean ± sd per policy and load")
-	scoreboard := fs.Bool("scoreboard", false, "run the issue-12 scoreboard (every workload, all policies, several seeds) and write scoreboard.md")
+	scoreboard := fs.Bool("scoreboard", false, "run the scoreboard (every workload, all policies, several seeds) and write scoreboard.md")
 	rowsFlag := fs.String("rows", "", "scoreboard: only rows whose key matches this regular expression")
 	traceSeeds := fs.Int("trace-seeds", 1, "scoreboard: seeds of the Mooncake rows")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "scoreboard: concurrent virtual runs")

@@ -312,7 +312,11 @@ func (d *Decoder) field(e *Event, name string) error {
 			e.BlockHashes = append(e.BlockHashes, *h)
 		}
 	case "parent_block_hash":
-		e.Parent, err = d.hash()
+		// An integer parent of 0 means "no parent": llm-d-inference-sim writes 0, not
+		// nil, at the start of a sequence in its positional-array format.
+		if e.Parent, err = d.hash(); err == nil && e.Parent != nil && e.Parent.Form != HashBin && e.Parent.ID == 0 {
+			e.Parent = nil
+		}
 	case "token_ids":
 		var n int
 		if n, err = d.dec.DecodeArrayLen(); err != nil || n < 0 {

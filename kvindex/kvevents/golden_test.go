@@ -192,3 +192,23 @@ func TestMalformed(t *testing.T) {
 		}
 	}
 }
+
+// llm-d-inference-sim writes parent_block_hash 0 (not nil) for a sequence's first
+// block in its array format; the decoder must read it as no parent.
+func TestZeroParentIsNoParent(t *testing.T) {
+	zero := Uint(0)
+	for _, opt := range []EncodeOptions{{}, {Format: FormatArray}} {
+		p, err := EncodeWith(&Batch{TS: 1, Events: []Event{{Type: TypeBlockStored, BlockHashes: []Hash{Uint(5)},
+			Parent: &zero, TokenIDs: []uint32{1, 2}, BlockSize: 2}}}, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(p)
+		if err != nil {
+			t.Fatalf("%+v: %v", opt, err)
+		}
+		if got.Events[0].Parent != nil {
+			t.Fatalf("%+v: parent 0 decoded as %+v, want nil", opt, *got.Events[0].Parent)
+		}
+	}
+}

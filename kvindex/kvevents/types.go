@@ -5,7 +5,7 @@
 // Sources: vllm/distributed/kv_events.py (EventBatch, KVCacheEvent, BlockStored,
 // BlockRemoved, AllBlocksCleared; msgspec structs, tagged, map or array_like by
 // version) and vllm/v1/core/block_pool.py (when each event fires). The golden payloads
-// of ../shared/reference/vllm-kv-events.md are decoded and re-encoded by the tests.
+// of vLLM's KV event format (vllm/distributed/kv_events.py) are decoded and re-encoded by the tests.
 package kvevents
 
 import (
