@@ -67,7 +67,7 @@ func New(opt Options) (*Admitter, error) {
 	a.models = modelLimits(c.Tenants)
 	a.budget = newLocal("local")
 	if c.Backend == "redis" {
-		if a.redis, err = newRedis(c.Redis, a.m); err != nil {
+		if a.redis, err = newRedis(c.Redis, a.m, a.now); err != nil {
 			return nil, err
 		}
 		a.budget = a.redis

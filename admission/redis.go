@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -33,10 +34,13 @@ import (
 //	token counter its limit and its key TTL ms (0 limit: count only).
 //
 // Returns {code, index, used, requests, minute used}: code 0 admitted, 1 concurrency,
-// 2 requests, 3 tokens (index: the refusing token counter, 1-based; used: its cost).
+// 2 requests, 3 tokens (index: the refusing token counter, 1-based; used: its cost),
+// 4 cancelled (the ticket key exists already: a cancel of this reservation, sent after
+// the client timed out waiting for it, ran first; nothing is charged).
 var reserveScript = redis.NewScript(`
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local conc, rpm, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+if redis.call('EXISTS', KEYS[3]) == 1 then return {4, 0, 0, 0, 0} end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local reqs = tonumber(redis.call('GET', KEYS[2]) or '0')
 local minute = tonumber(redis.call('GET', KEYS[4]) or '0')
@@ -66,17 +70,25 @@ return {0, 0, 0, reqs + 1, minute + cost}
 // a second replica) finds no ticket and changes nothing.
 //
 //	KEYS[1] concurrency sorted set, KEYS[2] ticket key, KEYS[3..] token counters
-//	ARGV[1] ticket id, then per token counter the delta and the key TTL ms
+//	ARGV[1] ticket id, ARGV[2] cancel (1: the reservation's reply was lost; if it has
+//	not run yet, leave a tombstone "c" for ARGV[3] ms so that it refuses itself when it
+//	does), then per token counter the delta and the key TTL ms
 //
 // Returns 1 when settled now, 0 when the ticket was already settled (or expired).
 var settleScript = redis.NewScript(`
-if redis.call('DEL', KEYS[2]) == 0 then return 0 end
+local v = redis.call('GET', KEYS[2])
+if v == false then
+  if ARGV[2] == '1' then redis.call('SET', KEYS[2], 'c', 'PX', ARGV[3]) end
+  return 0
+end
+if v ~= '1' then return 0 end
+redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[1], ARGV[1])
 for i = 3, #KEYS do
-  local d = tonumber(ARGV[2 + (i - 3) * 2])
+  local d = tonumber(ARGV[4 + (i - 3) * 2])
   if d ~= 0 then
     if redis.call('INCRBY', KEYS[i], d) < 0 then redis.call('SET', KEYS[i], '0', 'KEEPTTL') end
-    if redis.call('PTTL', KEYS[i]) < 0 then redis.call('PEXPIRE', KEYS[i], ARGV[3 + (i - 3) * 2]) end
+    if redis.call('PTTL', KEYS[i]) < 0 then redis.call('PEXPIRE', KEYS[i], ARGV[5 + (i - 3) * 2]) end
   end
 end
 return 1
@@ -98,14 +110,35 @@ type redisBackend struct {
 	downUntil atomic.Int64 // unix ns; Redis counts as down before it
 	fallback  *local       // redis_down local: 1/replicas of every limit
 
+	now    func() time.Time
+	isDown atomic.Bool // logged as down (one line at down, one at recovery)
+
+	retry chan settleOp // settlements (and cancels) to retry until applied; bounded
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
 	mu   sync.Mutex
 	seen map[string]config.Limits // tenants reserved here, for /debug/admission (bounded)
 }
 
+// settleOp is one settlement retried until Redis applies it: settleScript is
+// idempotent by ticket key, so a retry of a call that did run changes nothing.
+type settleOp struct {
+	res    Reservation
+	actual int64
+	cancel bool      // the reservation's reply was lost: release it if it ran, forbid it if not
+	until  time.Time // give up after this (the lease has expired in Redis by then)
+}
+
+// maxRetries bounds the settlements waiting to be retried; one more is dropped and
+// counted (its lease then ends at its TTL).
+const maxRetries = 4096
+
 // maxSeen bounds the tenants /debug/admission reads back from Redis.
 const maxSeen = 256
 
-func newRedis(cfg config.RedisBudget, m *metrics.Admission) (*redisBackend, error) {
+// now is the Admitter's clock (the retries' down spells are on it).
+func newRedis(cfg config.RedisBudget, m *metrics.Admission, now func() time.Time) (*redisBackend, error) {
 	tc, err := RedisTLSConfig(cfg.TLS)
 	if err != nil {
 		return nil, err
@@ -113,7 +146,47 @@ func newRedis(cfg config.RedisBudget, m *metrics.Admission) (*redisBackend, erro
 	c := redis.NewClient(&redis.Options{Addr: cfg.Addr, DB: cfg.DB, Username: cfg.Username, Password: cfg.Password, TLSConfig: tc,
 		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout,
 		WriteTimeout: cfg.Timeout, PoolTimeout: cfg.Timeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
-	return &redisBackend{c: c, cfg: cfg, m: m, fallback: newLocal("local_fallback"), seen: map[string]config.Limits{}}, nil
+	r := &redisBackend{c: c, cfg: cfg, m: m, fallback: newLocal("local_fallback"), seen: map[string]config.Limits{},
+		retry: make(chan settleOp, maxRetries), stop: make(chan struct{}), now: now}
+	r.wg.Add(1)
+	go r.retryLoop()
+	return r, nil
+}
+
+// retryLoop applies queued settlements one at a time, each tried with exponential
+// backoff (timeout, doubling, at most retry_interval) until Redis answers or its lease
+// has expired there anyway.
+func (r *redisBackend) retryLoop() {
+	defer r.wg.Done()
+	for {
+		var op settleOp
+		select {
+		case <-r.stop:
+			return
+		case op = <-r.retry:
+		}
+		for wait := r.cfg.Timeout; ; wait = min(2*wait, r.cfg.RetryInterval) {
+			if r.apply(op, r.now()) == nil || r.now().After(op.until) {
+				break
+			}
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
+}
+
+// later queues op for retryLoop; false when the queue is full.
+func (r *redisBackend) later(op settleOp) bool {
+	select {
+	case r.retry <- op:
+		return true
+	default:
+		r.m.BackendErrors.WithLabelValues("settle_dropped").Inc()
+		return false
+	}
 }
 
 // RedisTLSConfig is the client TLS configuration of t; nil when TLS is off. Errors
@@ -145,14 +218,28 @@ func RedisTLSConfig(t config.RedisTLS) (*tls.Config, error) {
 	return tc, nil
 }
 
-func (r *redisBackend) close() error { return r.c.Close() }
+func (r *redisBackend) close() error {
+	close(r.stop)
+	r.wg.Wait()
+	return r.c.Close()
+}
 
 // down reports whether Redis counts as down at now (a recent call failed).
 func (r *redisBackend) down(now time.Time) bool { return now.UnixNano() < r.downUntil.Load() }
 
-func (r *redisBackend) failed(op string, now time.Time) {
+func (r *redisBackend) failed(op string, now time.Time, err error) {
 	r.m.BackendErrors.WithLabelValues(op).Inc()
 	r.downUntil.Store(now.Add(r.cfg.RetryInterval).UnixNano())
+	if r.isDown.CompareAndSwap(false, true) {
+		slog.Warn("admission: redis budget backend down; reservations follow redis_down, settlements are retried", "addr", r.cfg.Addr, "op", op, "err", err)
+	}
+}
+
+// up records a call Redis answered: one log line when it was down.
+func (r *redisBackend) up() {
+	if r.isDown.CompareAndSwap(true, false) {
+		slog.Info("admission: redis budget backend recovered", "addr", r.cfg.Addr, "retrying", len(r.retry))
+	}
 }
 
 // key is KEYS' naming: prefix{tenant}:kind... — the {tenant} hash tag keeps all of a
@@ -205,9 +292,14 @@ func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, er
 	defer cancel()
 	v, err := reserveScript.Run(ctx, r.c, keys, args...).Int64Slice()
 	if err != nil || len(v) != 5 {
-		r.failed("reserve", now)
+		r.failed("reserve", now, err)
+		// Redis may still run it (a stalled server reads the call when it resumes):
+		// cancel it by its ticket, so that no lease is left that nobody settles.
+		r.later(settleOp{res: Reservation{Tenant: p.tenant, Tokens: p.cost, tokens: p.tokens, wins: wins, ticket: ticket},
+			cancel: true, until: now.Add(r.cfg.TicketTTL)})
 		return Reservation{}, nil, fmt.Errorf("%w: redis reserve: %v", errNoBackend, err)
 	}
+	r.up()
 	ref := &Refusal{TokenLimit: p.tokens[0].limit, TokensRemaining: max(p.tokens[0].limit-v[4], 0),
 		RequestLimit: p.rpm, RequestsRemaining: max(p.rpm-v[3], 0), Reset: resetIn(now), Window: window}
 	switch v[0] {
@@ -217,6 +309,8 @@ func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, er
 		ref.Reason = "concurrency"
 	case 2:
 		ref.Reason = "requests"
+	case 4:
+		return Reservation{}, nil, fmt.Errorf("%w: redis reserve: ticket cancelled", errNoBackend)
 	default:
 		t := p.tokens[min(max(v[1]-1, 0), int64(len(p.tokens)-1))]
 		ref.Reason, ref.TokenLimit, ref.TokensRemaining = "tokens", t.limit, max(t.limit-v[2], 0)
@@ -227,11 +321,30 @@ func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, er
 
 // settle runs settleScript for res (the same rule as local.settle: the difference in
 // the reserved window, an overrun in the current one after it ended). It is tried
-// even while Redis counts as down, since a lost settlement holds a concurrency slot
-// until ticket_ttl.
+// even while Redis counts as down; one that fails is queued and retried with backoff
+// until applied (exactly once: the ticket key), since a lost settlement would hold a
+// concurrency slot until ticket_ttl.
 func (r *redisBackend) settle(res Reservation, actual int64, now time.Time) error {
+	op := settleOp{res: res, actual: actual, until: now.Add(r.cfg.TicketTTL)}
+	if err := r.apply(op, now); err != nil {
+		r.later(op)
+		return err
+	}
+	return nil
+}
+
+// apply runs settleScript for op once.
+func (r *redisBackend) apply(op settleOp, now time.Time) error {
+	res, actual := op.res, op.actual
+	if op.cancel {
+		actual = 0 // a cancel refunds the whole reservation
+	}
+	cancel := "0"
+	if op.cancel {
+		cancel = "1"
+	}
 	keys := []string{r.key(res.Tenant, "conc"), r.key(res.Tenant, "tk", res.ticket)}
-	args := []any{res.ticket}
+	args := []any{res.ticket, cancel, r.cfg.TicketTTL.Milliseconds()}
 	d := actual - res.Tokens
 	for i, t := range res.tokens {
 		w := windowIndex(now, t.window)
@@ -244,12 +357,13 @@ func (r *redisBackend) settle(res Reservation, actual int64, now time.Time) erro
 			args = append(args, d, ttlMs(now, t.window))
 		}
 	}
-	ctx, cancel := r.ctx()
-	defer cancel()
+	ctx, done := r.ctx()
+	defer done()
 	if err := settleScript.Run(ctx, r.c, keys, args...).Err(); err != nil {
-		r.failed("settle", now)
+		r.failed("settle", now, err)
 		return fmt.Errorf("%w: redis settle: %v", errNoBackend, err)
 	}
+	r.up()
 	return nil
 }
 
