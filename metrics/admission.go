@@ -76,7 +76,7 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 		UntrustedIdentity: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "untrusted_identity_total", Help: "Identity claims ignored as untrusted, by source (header from an untrusted peer, unknown api_key)."}, []string{"source"})),
 		BackendErrors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "backend_errors_total", Help: "Failed calls to the redis budget backend, by op (reserve, settle)."}, []string{"op"})),
+			Name: "backend_errors_total", Help: "Failed calls to the redis budget backend, by op (reserve, settle — retries included; settle_dropped: a settlement the full retry queue could not take, its lease then ends at `ticket_ttl`)."}, []string{"op"})),
 		BackendDown: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "backend_down_total", Help: "Reservations decided while the redis budget backend was unreachable, by redis_down mode (local: 1/replicas of the budget in memory, fail_open, fail_closed)."}, []string{"mode"})),
 		QueueSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
