@@ -11,6 +11,7 @@ type addedTokens struct {
 	first  [256]bool // bytes that start some token
 	nfirst int       // number of distinct first bytes
 	only   byte      // the first byte when nfirst == 1: scanned with IndexByte (SIMD)
+	maxLen int       // the longest token's length in bytes
 }
 
 type trieNode struct {
@@ -39,6 +40,7 @@ func (a *addedTokens) add(content string, id uint32) {
 		n = c
 	}
 	n.term, n.id = true, id
+	a.maxLen = max(a.maxLen, len(content))
 	if !a.first[content[0]] {
 		a.first[content[0]] = true
 		a.nfirst++
@@ -64,13 +66,14 @@ type segment struct {
 	text    string
 	id      uint32
 	special bool
+	end     int // offset in the split text just after the segment
 }
 
 // split appends the segments of s to dst: text runs and added tokens, in order.
 func (a *addedTokens) split(dst []segment, s string) []segment {
 	if a.root == nil {
 		if s != "" {
-			dst = append(dst, segment{text: s})
+			dst = append(dst, segment{text: s, end: len(s)})
 		}
 		return dst
 	}
@@ -88,15 +91,15 @@ func (a *addedTokens) split(dst []segment, s string) []segment {
 		}
 		if n, id := a.longest(s, i); n > 0 {
 			if i > start {
-				dst = append(dst, segment{text: s[start:i]})
+				dst = append(dst, segment{text: s[start:i], end: i})
 			}
-			dst = append(dst, segment{id: id, special: true})
+			dst = append(dst, segment{id: id, special: true, end: i + n})
 			i += n - 1
 			start = i + 1
 		}
 	}
 	if start < len(s) {
-		dst = append(dst, segment{text: s[start:]})
+		dst = append(dst, segment{text: s[start:], end: len(s)})
 	}
 	return dst
 }

@@ -22,6 +22,8 @@ type chatTemplate struct {
 	// openai is vLLM's detected content format: true when the template iterates over a
 	// message's content (parts are passed as a list), false for "string".
 	openai bool
+	// lits are the strings the template tests message text against (window.go).
+	lits []string
 }
 
 // contentLoop finds `for x in message['content']` / `message.content` style loops,
@@ -34,7 +36,7 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: does not compile: %v", ErrTemplate, err)
 	}
-	ct := &chatTemplate{tmpl: t, src: src, openai: contentLoop.MatchString(src)}
+	ct := &chatTemplate{tmpl: t, src: src, openai: contentLoop.MatchString(src), lits: templateLiterals(src)}
 	// Render a small conversation once so that a template using something the engine
 	// lacks (an unknown filter or method) is reported at load time, not per request.
 	probe := jsonvalue.ValueOf([]any{map[string]any{"role": "system", "content": "s"}, map[string]any{"role": "user", "content": "u"},
@@ -58,19 +60,72 @@ func (m *Model) RenderChat(req *request.Request) (string, error) {
 		_, text, err := m.RenderHarmony(req)
 		return text, err
 	}
-	if m.chat == nil {
-		return "", m.chatErr
+	c, err := m.prepareChat(req)
+	if err != nil {
+		return "", err
 	}
-	msgs := req.Messages
-	if req.API == request.APIMessages {
-		var err error
-		if msgs, err = anthropicToChat(req.System, req.Messages); err != nil {
+	conv, err := normalizeMessages(c.msgs, m.chat.openai)
+	if err != nil {
+		return "", err
+	}
+	return m.renderFull(c, conv)
+}
+
+// renderFull renders the whole conversation conv (c.msgs normalized) and applies
+// continue_final_message's cut.
+func (m *Model) renderFull(c *chatCall, conv jinja.Value) (string, error) {
+	out, err := m.renderList(c.vars, conv, c.agp, c.cfm, c.flagKwargs)
+	if err != nil {
+		return "", err
+	}
+	if c.cfm {
+		if out, err = trimAfterFinal(out, conv); err != nil {
 			return "", err
 		}
 	}
-	conv, err := normalizeMessages(msgs, m.chat.openai)
+	return out, nil
+}
+
+// renderList renders the template over messages with the given generation flags.
+// vars is the request's other template inputs (chatCall.vars); it is modified.
+func (m *Model) renderList(vars map[string]jinja.Value, messages jinja.Value, agp, cfm bool, flagKwargs map[string]jinja.Value) (string, error) {
+	vars["messages"] = messages
+	vars["add_generation_prompt"] = jinja.NewBool(agp)
+	vars["continue_final_message"] = jinja.NewBool(cfm)
+	for k, v := range flagKwargs {
+		vars[k] = v
+	}
+	out, err := m.chat.tmpl.RenderValues(vars)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", ErrTemplate, err)
+	}
+	return out, nil
+}
+
+// chatCall is a chat request's template inputs: its messages in chat form (Anthropic
+// converted), the generation flags, and every other variable.
+type chatCall struct {
+	msgs     []jsonvalue.Value
+	vars     map[string]jinja.Value // without messages, add_generation_prompt, continue_final_message
+	agp, cfm bool
+	// flagKwargs are chat_template_kwargs named add_generation_prompt or
+	// continue_final_message, which override the flags' variables (never incremental).
+	flagKwargs map[string]jinja.Value
+}
+
+// prepareChat builds the template inputs of req (vLLM vllm/entrypoints/chat_utils.py):
+// the special tokens, tools, add_generation_prompt (default true),
+// continue_final_message, reasoning_effort → enable_thinking, chat_template_kwargs.
+func (m *Model) prepareChat(req *request.Request) (*chatCall, error) {
+	if m.chat == nil {
+		return nil, m.chatErr
+	}
+	c := &chatCall{msgs: req.Messages}
+	if req.API == request.APIMessages {
+		var err error
+		if c.msgs, err = anthropicToChat(req.System, req.Messages); err != nil {
+			return nil, err
+		}
 	}
 	vars := map[string]jinja.Value{tojsonFilter: tojsonValue}
 	for k, v := range m.specials {
@@ -85,19 +140,18 @@ func (m *Model) RenderChat(req *request.Request) (string, error) {
 	}
 	tools, err := normalizeTools(req)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	vars["tools"] = tools
 	vars["documents"] = jinja.None()
-	agp := true
+	c.agp = true
 	if req.AddGenerationPrompt != nil {
-		agp = *req.AddGenerationPrompt
+		c.agp = *req.AddGenerationPrompt
 	}
-	if agp && req.ContinueFinalMessage {
-		return "", fmt.Errorf("%w: add_generation_prompt and continue_final_message are both set", ErrTemplate)
+	c.cfm = req.ContinueFinalMessage
+	if c.agp && c.cfm {
+		return nil, fmt.Errorf("%w: add_generation_prompt and continue_final_message are both set", ErrTemplate)
 	}
-	vars["add_generation_prompt"] = jinja.NewBool(agp)
-	vars["continue_final_message"] = jinja.NewBool(req.ContinueFinalMessage)
 	if req.ReasoningEffort != "" {
 		vars["reasoning_effort"] = jinja.NewString(req.ReasoningEffort)
 		if _, given := req.Kwarg("enable_thinking"); !given {
@@ -105,22 +159,21 @@ func (m *Model) RenderChat(req *request.Request) (string, error) {
 		}
 	}
 	for _, kw := range req.ChatTemplateKwargs {
-		if kw.Key == "messages" || kw.Key == tojsonFilter {
+		switch kw.Key {
+		case "messages", tojsonFilter:
+			continue
+		case "add_generation_prompt", "continue_final_message":
+			// A kwarg overrides the request's flag in the template's variables.
+			if c.flagKwargs == nil {
+				c.flagKwargs = map[string]jinja.Value{}
+			}
+			c.flagKwargs[kw.Key] = toJinja(kw.Value)
 			continue
 		}
 		vars[kw.Key] = toJinja(kw.Value)
 	}
-	vars["messages"] = conv
-	out, err := m.chat.tmpl.RenderValues(vars)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrTemplate, err)
-	}
-	if req.ContinueFinalMessage {
-		if out, err = trimAfterFinal(out, conv); err != nil {
-			return "", err
-		}
-	}
-	return out, nil
+	c.vars = vars
+	return c, nil
 }
 
 // trimAfterFinal cuts the render after the final message's stripped text
@@ -166,51 +219,60 @@ var ErrContent = errors.New("tokenize: unsupported message content")
 func normalizeMessages(msgs []jsonvalue.Value, openai bool) (jinja.Value, error) {
 	out := make([]jinja.Value, 0, len(msgs))
 	for i, msg := range msgs {
-		role, _ := msg.Field("role").Str()
-		d := jinja.NewDict()
-		dict := d.AsDict()
-		dict.Set("role", jinja.NewString(role))
-		content, err := normalizeContent(msg.Field("content"), openai)
+		d, err := normalizeMessage(msg, openai)
 		if err != nil {
 			return jinja.Undefined(), fmt.Errorf("messages[%d]: %w", i, err)
-		}
-		if role == "tool" && content.IsList() {
-			// Tool results given as text parts reach the template as one string.
-			var texts []string
-			for _, p := range content.AsList().Items {
-				texts = append(texts, get(p, "text").AsString())
-			}
-			content = jinja.NewString(strings.Join(texts, "\n"))
-		}
-		dict.Set("content", content)
-		if role == "assistant" {
-			if tcs := msg.Field("tool_calls"); tcs.Kind() == jsonvalue.Array && tcs.Len() > 0 {
-				calls := make([]jinja.Value, 0, tcs.Len())
-				for j := range tcs.Len() {
-					calls = append(calls, normalizeToolCall(tcs.Index(j)))
-				}
-				dict.Set("tool_calls", jinja.NewList(calls))
-			}
-			r, ok := msg.Get("reasoning")
-			if !ok {
-				r, ok = msg.Get("reasoning_content")
-			}
-			if ok && !r.IsNull() {
-				dict.Set("reasoning", toJinja(r))
-				dict.Set("reasoning_content", toJinja(r))
-			}
-		}
-		if id, ok := msg.Get("tool_call_id"); ok && role == "tool" {
-			dict.Set("tool_call_id", toJinja(id))
-		}
-		for _, k := range []string{"name", "task"} {
-			if v, ok := msg.Field(k).Str(); ok {
-				dict.Set(k, jinja.NewString(v))
-			}
 		}
 		out = append(out, d)
 	}
 	return jinja.NewList(out), nil
+}
+
+// normalizeMessage is normalizeMessages for one message.
+func normalizeMessage(msg jsonvalue.Value, openai bool) (jinja.Value, error) {
+	role, _ := msg.Field("role").Str()
+	d := jinja.NewDict()
+	dict := d.AsDict()
+	dict.Set("role", jinja.NewString(role))
+	content, err := normalizeContent(msg.Field("content"), openai)
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	if role == "tool" && content.IsList() {
+		// Tool results given as text parts reach the template as one string.
+		var texts []string
+		for _, p := range content.AsList().Items {
+			texts = append(texts, get(p, "text").AsString())
+		}
+		content = jinja.NewString(strings.Join(texts, "\n"))
+	}
+	dict.Set("content", content)
+	if role == "assistant" {
+		if tcs := msg.Field("tool_calls"); tcs.Kind() == jsonvalue.Array && tcs.Len() > 0 {
+			calls := make([]jinja.Value, 0, tcs.Len())
+			for j := range tcs.Len() {
+				calls = append(calls, normalizeToolCall(tcs.Index(j)))
+			}
+			dict.Set("tool_calls", jinja.NewList(calls))
+		}
+		r, ok := msg.Get("reasoning")
+		if !ok {
+			r, ok = msg.Get("reasoning_content")
+		}
+		if ok && !r.IsNull() {
+			dict.Set("reasoning", toJinja(r))
+			dict.Set("reasoning_content", toJinja(r))
+		}
+	}
+	if id, ok := msg.Get("tool_call_id"); ok && role == "tool" {
+		dict.Set("tool_call_id", toJinja(id))
+	}
+	for _, k := range []string{"name", "task"} {
+		if v, ok := msg.Field(k).Str(); ok {
+			dict.Set(k, jinja.NewString(v))
+		}
+	}
+	return d, nil
 }
 
 // normalizeContent applies vLLM's content format: "string" joins text parts with "\n"

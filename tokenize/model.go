@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/kvroute/kvroute/request"
 )
 
 // Model is one loaded tokenizer: tokenizer.json's byte-level BPE with its added
@@ -39,7 +42,8 @@ type Model struct {
 	harmony     *harmonyIDs
 	harmonyOpts HarmonyOptions
 
-	cache *segmentCache
+	cache  *segmentCache
+	render *renderCache // nil: disabled or no chat template
 }
 
 // Options tune LoadModel.
@@ -50,6 +54,10 @@ type Options struct {
 	CacheBytes int64
 	// MinCachedSegment is the shortest text run, in bytes, worth caching. 0 means 256.
 	MinCachedSegment int
+	// RenderCacheBytes bounds the render cache (conversation prefixes rendered and
+	// tokenized, extended by the next turn: incremental.go). 0 means
+	// DefaultRenderCacheBytes; negative disables it.
+	RenderCacheBytes int64
 	// Harmony sets the engine-side inputs of gpt-oss chat rendering (the date in the
 	// system message).
 	Harmony HarmonyOptions
@@ -132,6 +140,15 @@ func LoadModel(dir string, opts Options) (*Model, error) {
 			min = 256
 		}
 		m.cache = newSegmentCache(cb, min)
+	}
+	if rb := cmp.Or(opts.RenderCacheBytes, DefaultRenderCacheBytes); rb > 0 && m.chat != nil && m.harmony == nil {
+		m.render = newRenderCache(rb)
+		// The proof for requests without tools or kwargs is made now; others in the
+		// background when first seen.
+		plain := &request.Request{API: request.APIChat}
+		if c, err := m.prepareChat(plain); err == nil {
+			m.render.proofs[contextHash(plain)] = m.prove(c.vars)
+		}
 	}
 	return m, nil
 }
@@ -286,40 +303,57 @@ func (m *Model) AppendText(dst []uint32, s string, addSpecial bool) []uint32 {
 	if addSpecial {
 		dst = append(dst, m.post.before...)
 	}
-	if m.sp != nil {
-		dst = m.appendSP(dst, s)
-		if addSpecial {
-			dst = append(dst, m.post.after...)
-		}
-		return dst
+	dst, _, _ = m.appendBody(dst, s, true, -1)
+	if addSpecial {
+		dst = append(dst, m.post.after...)
 	}
+	return dst
+}
+
+// appendBody encodes s without the post-processor's tokens. first says whether s starts
+// the text (SentencePiece prepends its space to the first run only). With limit ≥ 0 it
+// also returns cut, the offset in s just after the last added token that ends at or
+// before limit (0 when none), and at, len(dst) at that point: the ids of s[:cut] are
+// then dst[len before:at] whatever follows s[:cut], because added tokens are split out
+// before any normalization or BPE and nothing merges across them.
+func (m *Model) appendBody(dst []uint32, s string, first bool, limit int) (out []uint32, cut, at int) {
+	at = len(dst)
 	var buf [64]segment
-	for _, seg := range m.raw.split(buf[:0], s) {
+	for i, seg := range m.raw.split(buf[:0], s) {
 		if seg.special {
 			dst = append(dst, seg.id)
+			if seg.end <= limit {
+				cut, at = seg.end, len(dst)
+			}
+			continue
+		}
+		atStart := first && i == 0
+		if m.sp != nil && m.norm.root == nil {
+			dst = m.appendSegment(dst, m.sp.normalize(seg.text, atStart))
 			continue
 		}
 		text := seg.text
 		if m.nfc && !isASCII(text) {
 			text = norm.NFC.String(text)
 		}
-		if m.norm.root != nil {
-			var buf2 [16]segment
-			for _, s2 := range m.norm.split(buf2[:0], text) {
-				if s2.special {
-					dst = append(dst, s2.id)
-				} else {
-					dst = m.appendSegment(dst, s2.text)
-				}
-			}
+		if m.norm.root == nil {
+			dst = m.appendSegment(dst, text)
 			continue
 		}
-		dst = m.appendSegment(dst, text)
+		// SentencePiece models get here with NFC-only normalizers (see LoadModel).
+		var buf2 [16]segment
+		for j, s2 := range m.norm.split(buf2[:0], text) {
+			switch {
+			case s2.special:
+				dst = append(dst, s2.id)
+			case m.sp != nil:
+				dst = m.appendSegment(dst, m.sp.normalize(s2.text, atStart && j == 0))
+			default:
+				dst = m.appendSegment(dst, s2.text)
+			}
+		}
 	}
-	if addSpecial {
-		dst = append(dst, m.post.after...)
-	}
-	return dst
+	return dst, cut, at
 }
 
 // appendSegment encodes one normalized text run with no added tokens in it. Runs are
@@ -337,38 +371,6 @@ func (m *Model) appendSegment(dst []uint32, s string) []uint32 {
 		return dst
 	}
 	return m.encodeSegment(dst, s)
-}
-
-// appendSP is AppendText's loop for SentencePiece-style models: each text run between
-// added tokens is normalized (Replace, Prepend, NFC) and Metaspace-prefixed on its
-// own, as tokenizers normalizes every split of the added vocabulary separately.
-func (m *Model) appendSP(dst []uint32, s string) []uint32 {
-	var buf [64]segment
-	for i, seg := range m.raw.split(buf[:0], s) {
-		if seg.special {
-			dst = append(dst, seg.id)
-			continue
-		}
-		atStart := i == 0
-		if m.norm.root == nil {
-			dst = m.appendSegment(dst, m.sp.normalize(seg.text, atStart))
-			continue
-		}
-		// Only NFC normalizers get here (see LoadModel): split the NFC text.
-		text := seg.text
-		if m.nfc && !isASCII(text) {
-			text = norm.NFC.String(text)
-		}
-		var buf2 [16]segment
-		for j, s2 := range m.norm.split(buf2[:0], text) {
-			if s2.special {
-				dst = append(dst, s2.id)
-			} else {
-				dst = m.appendSegment(dst, m.sp.normalize(s2.text, atStart && j == 0))
-			}
-		}
-	}
-	return dst
 }
 
 func (m *Model) encodeSegment(dst []uint32, s string) []uint32 {

@@ -26,16 +26,16 @@ func BenchmarkNextTurn(b *testing.B) {
 	}
 	for _, shape := range []struct{ turns, perTurn int }{{64, 6800}, {512, 850}} {
 		b.Run(fmt.Sprintf("turns=%d", shape.turns), func(b *testing.B) {
-			prev, err := request.Parse(request.APIChat, pipelineChat(b, shape.turns-1, shape.perTurn, "prev"))
+			prev, err := request.Parse(request.APIChat, pipelineChat(b, shape.turns-1, shape.perTurn, ""))
 			if err != nil {
 				b.Fatal(err)
 			}
 			if _, err := tokenize.LocalTokens(m, prev); err != nil {
 				b.Fatal(err)
 			}
-			bodies := make([][]byte, 16)
+			bodies := make([][]byte, 64)
 			for i := range bodies {
-				bodies[i] = pipelineChat(b, shape.turns, shape.perTurn, fmt.Sprintf("op %d", i))
+				bodies[i] = pipelineChat(b, shape.turns, shape.perTurn, fmt.Sprintf("op %d", benchOps.Add(1)))
 			}
 			// Stage costs, one op each over the same bodies: parse, parse+render,
 			// parse+render+encode (= LocalTokens). cpu-ms/op is process CPU (GC included).

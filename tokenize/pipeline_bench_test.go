@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +28,9 @@ const pipelineSSE = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"co
 	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"
 
 // pipelineChat returns the body of a chat of `turns` messages of about perTurn bytes
-// from the English corpus text (after a system prompt), the last one unique to tag.
+// from the English corpus text (after a system prompt), the last one unique to tag
+// (none when tag is ""): pipelineChat(n-1, p, "") is pipelineChat(n, p, tag) without
+// its last message, the request an agent sent one turn earlier.
 func pipelineChat(tb testing.TB, turns, perTurn int, tag string) []byte {
 	text, err := os.ReadFile(filepath.Join("testdata", "long_en.txt"))
 	if err != nil {
@@ -43,7 +47,7 @@ func pipelineChat(tb testing.TB, turns, perTurn int, tag string) []byte {
 		}
 		var t strings.Builder
 		fmt.Fprintf(&t, "Turn %d. ", i)
-		if i == turns-1 {
+		if i == turns-1 && tag != "" {
 			t.WriteString(tag + " ")
 		}
 		for t.Len() < perTurn {
@@ -58,6 +62,10 @@ func pipelineChat(tb testing.TB, turns, perTurn int, tag string) []byte {
 	return []byte(sb.String())
 }
 
+// benchOps numbers the last turns of benchmark bodies, so that a -count rerun meets new
+// text, as the next turn of a conversation does, never a body it routed already.
+var benchOps atomic.Int64
+
 func cpuNow() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -70,8 +78,10 @@ func cpuNow() time.Duration {
 // default policy, book, then track a streamed SSE answer (first token, usage) and end
 // the ticket. Shape: ~100k-token chats (64 turns × 6.8 KB ≈ 440 KB of JSON; 512
 // turns × 0.85 KB). cache=prev_turn: the same conversation without its last turn was
-// routed before (segment cache and index hold it) and every op's last turn is new;
-// cache=cold: no segment cache, a new index each op. cpu-ms/op is the process's CPU
+// routed before (render cache, segment cache and index hold it) and every op's last
+// turn is new; cache=prev_turn_full_render: the same without the render cache (the
+// whole conversation rendered each turn, only new text runs encoded); cache=cold: no
+// render or segment cache, a new index each op. cpu-ms/op is the process's CPU
 // time (all threads, GC included) per op: ms·core.
 func BenchmarkRequestCPU(b *testing.B) {
 	dir := filepath.Join("..", ".cache", "tokenizers", "qwen3")
@@ -81,10 +91,13 @@ func BenchmarkRequestCPU(b *testing.B) {
 	// One tokenizer loaded at a time, as in a process serving one model: a second
 	// one would double the live heap every GC cycle marks.
 	var m *tokenize.Model
-	for _, state := range []string{"prev_turn", "cold"} {
+	for _, state := range []string{"prev_turn", "prev_turn_full_render", "cold"} {
 		opts := tokenize.Options{}
-		if state == "cold" {
-			opts.CacheBytes = -1
+		switch state {
+		case "prev_turn_full_render": // the segment cache alone: every turn rendered in full
+			opts.RenderCacheBytes = -1
+		case "cold":
+			opts.CacheBytes, opts.RenderCacheBytes = -1, -1
 		}
 		m = nil
 		var err error
@@ -130,13 +143,20 @@ func BenchmarkRequestCPU(b *testing.B) {
 					return tk.PromptTokens
 				}
 				// The conversation so far: all turns but the last.
-				n := route(pipelineChat(b, shape.turns-1, shape.perTurn, "prev"))
+				n := route(pipelineChat(b, shape.turns-1, shape.perTurn, ""))
+				// Every op's body is distinct and built before the timer starts (building
+				// one is costlier than routing it; its garbage would be counted in cpu).
+				bodies := make([][]byte, min(b.N, 256))
+				for i := range bodies {
+					bodies[i] = pipelineChat(b, shape.turns, shape.perTurn, fmt.Sprintf("op %d", benchOps.Add(1)))
+				}
+				runtime.GC()
 				b.ReportAllocs()
 				b.ResetTimer()
 				var cpu time.Duration
 				for i := range b.N {
 					b.StopTimer()
-					body := pipelineChat(b, shape.turns, shape.perTurn, fmt.Sprintf("op %d", i))
+					body := bodies[i%len(bodies)]
 					if state == "cold" {
 						r = newRouter()
 					}

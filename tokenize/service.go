@@ -468,15 +468,15 @@ func LocalTokens(m *Model, req *request.Request) ([][]uint32, error) {
 			}
 			return [][]uint32{ids}, nil
 		}
-		text, err := m.RenderChat(req)
-		if err != nil {
-			return nil, err
-		}
 		add := false
 		if req.AddSpecialTokens != nil {
 			add = *req.AddSpecialTokens
 		}
-		return [][]uint32{m.EncodeText(text, add)}, nil
+		ids, err := m.chatIDs(req, add)
+		if err != nil {
+			return nil, err
+		}
+		return [][]uint32{ids}, nil
 	case request.APICompletions:
 		if len(req.Prompts) == 0 {
 			return nil, fmt.Errorf("%w: completions request without a prompt", ErrContent)
