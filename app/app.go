@@ -125,7 +125,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		}
 	}
 	a.Tokenize, err = tokenize.NewService(tokenize.ServiceOptions{Models: tms, Metrics: ms.Tokenize, Logger: logger,
-		Load: tokenize.Options{CacheBytes: cfg.Tokenize.CacheBytes, MinCachedSegment: cfg.Tokenize.MinCachedSegment,
+		Load: tokenize.Options{CacheBytes: cfg.Tokenize.CacheBytes, MinCachedSegment: cfg.Tokenize.MinCachedSegment, RenderCacheBytes: cfg.Tokenize.RenderCacheBytes,
 			Harmony: tokenize.HarmonyOptions{Location: harmonyLoc, StartDate: cfg.Tokenize.HarmonyStartDate}},
 		Shadow: tokenize.ShadowOptions{Fraction: cfg.Tokenize.Shadow.Fraction, MaxPerSecond: cfg.Tokenize.Shadow.MaxPerSecond,
 			MismatchRate: cfg.Tokenize.Shadow.MismatchRate, MinChecks: cfg.Tokenize.Shadow.MinChecks, Timeout: cfg.Tokenize.Shadow.Timeout},

@@ -15,6 +15,10 @@ type Tokenize struct {
 	CacheBytes int64 `mapstructure:"cache_bytes"`
 	// MinCachedSegment is the shortest text run, in bytes, worth caching; ≤ 0 = 256.
 	MinCachedSegment int `mapstructure:"min_cached_segment"`
+	// RenderCacheBytes bounds each model's render cache (conversation prefixes
+	// rendered by the chat template and tokenized, extended by the next turn):
+	// 0 = 128 MiB, negative = every chat rendered in full.
+	RenderCacheBytes int64 `mapstructure:"render_cache_bytes"`
 	// Shadow is the shadow check of local ids against the picked worker's /tokenize.
 	Shadow TokenizeShadow `mapstructure:"shadow"`
 	// HarmonyTimeZone is the IANA time zone of the engine hosts, whose local date

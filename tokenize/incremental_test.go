@@ -3,6 +3,8 @@ package tokenize
 import (
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -135,7 +137,143 @@ func TestIncrementalMatchesFull(t *testing.T) {
 	}
 }
 
-var _ = jsonvalue.Null
+// withTemplate returns fam's tokenizer with src as its chat template and a fresh
+// render cache (its default proof made).
+func withTemplate(t *testing.T, fam, src string) *Model {
+	t.Helper()
+	m := freshFamily(t, fam)
+	ct, err := compileChatTemplate(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.chat = ct
+	m.render = newRenderCache(DefaultRenderCacheBytes)
+	plain := &request.Request{API: request.APIChat}
+	c, err := m.prepareChat(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.render.proofs[contextHash(plain)] = m.prove(c.vars)
+	return m
+}
+
+// freshFamily loads fam's tokenizer anew (not shared with other tests).
+func freshFamily(t *testing.T, fam string) *Model {
+	t.Helper()
+	loadFamily(t, fam) // skips without the files
+	m, err := LoadModel(filepath.Join(tokenizersDir(), fam), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestIncrementalGoldens: every family's golden chats and each of their prefixes give
+// the reference ids through the cached path, sent twice (the second time from the
+// cache where the cut is proven).
+func TestIncrementalGoldens(t *testing.T) {
+	var corpus corpusFile
+	readJSON(t, "testdata/corpus.json", &corpus)
+	for _, fam := range chatFamilies {
+		t.Run(fam, func(t *testing.T) {
+			var g goldenFile
+			readJSON(t, "testdata/golden/"+fam+".json", &g)
+			m := loadFamily(t, fam)
+			for _, want := range g.Chats {
+				if want.Error != "" {
+					continue
+				}
+				req := chatRequestByName(t, &corpus, want.Name)
+				for pass := range 2 {
+					got, err := cachedIDs(m, req)
+					if err != nil {
+						t.Fatalf("chat %s: %v", want.Name, err)
+					}
+					if d := firstDiff(got, want.IDs); d >= 0 {
+						t.Fatalf("chat %s pass %d: ids differ at %d", want.Name, pass, d)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestUnprovenTemplateRendersInFull: a template whose every message shows the
+// conversation's length is never a prefix of the next turn's render; the proof finds
+// no exact cut, so every turn is rendered in full and stays exact.
+func TestUnprovenTemplateRendersInFull(t *testing.T) {
+	m := withTemplate(t, "qwen3", "{% for m in messages %}<|im_start|>{{ m.role }} {{ messages|length }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+	msgs := agentConversation(rand.New(rand.NewPCG(3, 4)), 10, false, false, true)
+	for n := 1; n <= len(msgs); n++ {
+		req := reqOf(t, msgs[:n], nil)
+		want, _ := uncachedIDs(t, m, req)
+		got, err := cachedIDs(m, req)
+		if err != nil || firstDiff(got, want) >= 0 {
+			t.Fatalf("n=%d: cached ids differ from the full render (err %v)", n, err)
+		}
+	}
+	if st := m.RenderCacheStats(); st.Hits != 0 {
+		t.Errorf("a template that is not prefix-stable was served from the cache: %+v", st)
+	}
+}
+
+// TestSelfCheckTurnsCacheOff: a cached prefix that no longer matches what the template
+// renders (here: tampered with) is caught by the sampled self-check, counted, and the
+// model renders in full from then on.
+func TestSelfCheckTurnsCacheOff(t *testing.T) {
+	m := freshFamily(t, "qwen3")
+	msgs := agentConversation(rand.New(rand.NewPCG(5, 6)), 8, false, false, true)
+	if _, err := cachedIDs(m, reqOf(t, msgs[:len(msgs)-1], nil)); err != nil {
+		t.Fatal(err)
+	}
+	m.render.mu.Lock()
+	for _, el := range m.render.items {
+		e := el.Value.(*renderEntry)
+		e.text = strings.Replace(e.text, "You are an agent.", "You are an agenT.", 1)
+	}
+	m.render.mu.Unlock()
+	req := reqOf(t, msgs, nil)
+	if _, err := cachedIDs(m, req); err != nil { // served from the tampered entry, checked
+		t.Fatal(err)
+	}
+	m.render.proofWG.Wait()
+	st := m.RenderCacheStats()
+	if st.Hits != 1 || st.Checks != 1 || st.Disagreements != 1 || !st.Off {
+		t.Fatalf("want one hit, checked and found different, cache off: %+v", st)
+	}
+	want, _ := uncachedIDs(t, m, req)
+	got, err := cachedIDs(m, req)
+	if err != nil || firstDiff(got, want) >= 0 {
+		t.Fatalf("after the cache turned off, ids differ from the full render (err %v)", err)
+	}
+}
+
+// TestTemplateLiteralsAreOdd: Qwen3 tests assistant text for '</think>'; a message
+// containing it is rendered in full.
+func TestTemplateLiteralsAreOdd(t *testing.T) {
+	m := loadFamily(t, "qwen3")
+	lits := m.chat.lits
+	if !slices.Contains(lits, "</think>") || !slices.Contains(lits, "<tool_response>") {
+		t.Fatalf("literals %q miss </think> or <tool_response>", lits)
+	}
+	odd := jsonvalue.MessagesOf([]map[string]any{{"role": "assistant", "content": "a</think>b"}})[0]
+	plain := jsonvalue.MessagesOf([]map[string]any{{"role": "assistant", "content": "ab"}})[0]
+	if messageFeatures(1, odd, lits)&featOdd == 0 || messageFeatures(1, plain, lits) != 0 {
+		t.Fatalf("features: odd %b plain %b", messageFeatures(1, odd, lits), messageFeatures(1, plain, lits))
+	}
+}
+
+// TestRenderCacheBounded: the cache holds at most its byte bound.
+func TestRenderCacheBounded(t *testing.T) {
+	c := newRenderCache(10_000)
+	for i := range 100 {
+		c.put(&renderEntry{key: renderKey{n: i}, text: strings.Repeat("x", 1000)})
+	}
+	st := (&Model{render: c}).RenderCacheStats()
+	if st.Bytes > 10_000 || st.Entries == 0 || st.Evictions == 0 || c.get(renderKey{n: 99}) == nil || c.get(renderKey{n: 0}) != nil {
+		t.Fatalf("bound 10000: %+v", st)
+	}
+}
 
 func (m *Model) decodeForTest(ids []uint32) string {
 	inv := map[uint32]string{}

@@ -143,7 +143,9 @@ type ModelHealth struct {
 	Chat      string       `json:"chat_template"` // "ok" or why chat requests cannot be rendered locally
 	Paths     []PathHealth `json:"paths"`
 	Cache     CacheStats   `json:"cache"`
-	Shadow    ShadowHealth `json:"shadow"`
+	// Render is the render cache (incremental chat rendering, incremental.go).
+	Render RenderCacheStats `json:"render_cache"`
+	Shadow ShadowHealth     `json:"shadow"`
 }
 
 // Failure reasons (label values of kvroute_tokenize_failures_total and, for the last
@@ -504,6 +506,7 @@ func (s *Service) Health() []ModelHealth {
 			mh.Class = st.model.Class
 			mh.Tokenizer = st.model.Dir
 			mh.Cache = st.model.CacheStats()
+			mh.Render = st.model.RenderCacheStats()
 			if err := st.model.ChatError(); err != nil {
 				mh.Chat = err.Error()
 			}
