@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/ardanlabs/jinja"
 
@@ -89,8 +90,8 @@ func (m *Model) chatIDs(req *request.Request, add bool) ([]uint32, error) {
 	prefix := text[:len(text)-len(gen)]
 	dst, cut, at := m.appendBody(dst, text, true, len(prefix)-m.raw.maxLen)
 	if ok {
-		rc.put(&renderEntry{key: renderKey{ctx, hs[n-1], n}, text: prefix, cut: cut,
-			ids: append([]uint32(nil), dst[base:at]...), head: head, feat: feat})
+		rc.put(&renderEntry{key: renderKey{ctx, hs[n-1], n}, text: prefix, textLen: len(prefix), cut: cut,
+			ids: slices.Clone(dst[base:at]), idsLen: at - base, head: head, feat: feat})
 	}
 	if add {
 		dst = append(dst, m.post.after...)
@@ -177,19 +178,24 @@ func (t *turn) fromPrefix(e *renderEntry, p *proof, feat uint8, k int, hn, ctx u
 			head, store = m.headAt(c.vars, t.at, t.roles, t.sysOff, n)
 		}
 	}
-	tail := e.text[e.cut:] + suffix
-	dst := make([]uint32, 0, len(m.post.before)+len(e.ids)+len(tail)/3+len(m.post.after)+8)
+	tail := e.textFrom(e.cut) + suffix
+	dst := make([]uint32, 0, len(m.post.before)+e.idsLen+len(tail)/3+len(m.post.after)+8)
 	if add {
 		dst = append(dst, m.post.before...)
 	}
-	base := len(dst)
-	dst = append(dst, e.ids...)
-	limit := len(e.text) + len(plain) - m.raw.maxLen - e.cut
+	dst = e.appendIDs(dst)
+	mark := len(dst)
+	limit := e.textLen + len(plain) - m.raw.maxLen - e.cut
 	dst, cut, at := m.appendBody(dst, tail, e.cut == 0, limit)
 	if store {
-		ne := &renderEntry{key: renderKey{ctx, hn, n}, text: e.text + plain, cut: e.cut, ids: e.ids, head: head, feat: feat}
+		ne := &renderEntry{key: renderKey{ctx, hn, n}, parent: e, depth: e.depth + 1, text: plain, textLen: e.textLen + len(plain),
+			cut: e.cut, idsLen: e.idsLen, head: head, feat: feat}
 		if cut > 0 {
-			ne.cut, ne.ids = e.cut+cut, append([]uint32(nil), dst[base:at]...)
+			ne.cut, ne.ids, ne.idsLen = e.cut+cut, slices.Clone(dst[mark:at]), e.idsLen+at-mark
+		}
+		if ne.depth > maxDepth { // flatten
+			base := mark - e.idsLen
+			ne.parent, ne.depth, ne.text, ne.ids = nil, 0, e.textFrom(0)+plain, slices.Clone(dst[base:base+ne.idsLen])
 		}
 		m.render.put(ne)
 	}
@@ -197,7 +203,7 @@ func (t *turn) fromPrefix(e *renderEntry, p *proof, feat uint8, k int, hn, ctx u
 		dst = append(dst, m.post.after...)
 	}
 	if m.render.served.Add(1)%selfCheckEvery == 1 {
-		m.selfCheck(c, e.text[:e.cut]+tail, dst, add)
+		m.selfCheck(c, e, tail, dst, add)
 	}
 	return dst, true
 }
@@ -205,11 +211,12 @@ func (t *turn) fromPrefix(e *renderEntry, p *proof, feat uint8, k int, hn, ctx u
 // selfCheck compares, in the background, a fast-path result (text rendered, ids
 // returned) with the full render and encode of the same request; a difference is
 // counted and turns the model's render cache off. At most one runs at a time.
-func (m *Model) selfCheck(c *chatCall, text string, ids []uint32, add bool) {
+func (m *Model) selfCheck(c *chatCall, e *renderEntry, tail string, ids []uint32, add bool) {
 	rc := m.render
 	if !rc.checking.CompareAndSwap(0, 1) {
 		return
 	}
+	text := e.textFrom(0)[:e.cut] + tail
 	cc := &chatCall{msgs: c.msgs, vars: maps.Clone(c.vars), agp: c.agp}
 	ids = append([]uint32(nil), ids...)
 	rc.proofWG.Add(1)
@@ -222,21 +229,9 @@ func (m *Model) selfCheck(c *chatCall, text string, ids []uint32, add bool) {
 		if err == nil {
 			full, err = m.renderFull(cc, conv)
 		}
-		if err != nil || full != text || !equalIDs(m.EncodeText(full, add), ids) {
+		if err != nil || full != text || !slices.Equal(m.EncodeText(full, add), ids) {
 			rc.disagreements.Add(1)
 			rc.off.Store(true)
 		}
 	}()
-}
-
-func equalIDs(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -229,7 +229,9 @@ func TestSelfCheckTurnsCacheOff(t *testing.T) {
 	m.render.mu.Lock()
 	for _, el := range m.render.items {
 		e := el.Value.(*renderEntry)
-		e.text = strings.Replace(e.text, "You are an agent.", "You are an agenT.", 1)
+		if e.parent == nil {
+			e.text = strings.Replace(e.text, "You are an agent.", "You are an agenT.", 1)
+		}
 	}
 	m.render.mu.Unlock()
 	req := reqOf(t, msgs, nil)
@@ -267,7 +269,7 @@ func TestTemplateLiteralsAreOdd(t *testing.T) {
 func TestRenderCacheBounded(t *testing.T) {
 	c := newRenderCache(10_000)
 	for i := range 100 {
-		c.put(&renderEntry{key: renderKey{n: i}, text: strings.Repeat("x", 1000)})
+		c.put(&renderEntry{key: renderKey{n: i}, text: strings.Repeat("x", 1000), textLen: 1000})
 	}
 	st := (&Model{render: c}).RenderCacheStats()
 	if st.Bytes > 10_000 || st.Entries == 0 || st.Evictions == 0 || c.get(renderKey{n: 99}) == nil || c.get(renderKey{n: 0}) != nil {
@@ -291,4 +293,34 @@ func (m *Model) decodeForTest(ids []uint32) string {
 		}
 	}
 	return sb.String()
+}
+
+// TestIncrementalLongConversation: past maxDepth turns an entry is stored flat; every
+// turn of a 120-message conversation still gives the full render's ids, nearly all
+// from the cache.
+func TestIncrementalLongConversation(t *testing.T) {
+	m := freshFamily(t, "llama3_1")
+	msgs := agentConversation(rand.New(rand.NewPCG(7, 8)), 120, false, false, true)
+	for n := 2; n <= len(msgs); n++ {
+		req := reqOf(t, msgs[:n], nil)
+		want, _ := uncachedIDs(t, m, req)
+		got, err := cachedIDs(m, req)
+		if err != nil || firstDiff(got, want) >= 0 {
+			t.Fatalf("n=%d: cached ids differ from the full render (err %v)", n, err)
+		}
+	}
+	m.render.proofWG.Wait()
+	st := m.RenderCacheStats()
+	if st.Hits < int64(len(msgs))-10 || st.Disagreements != 0 {
+		t.Fatalf("long conversation: %+v", st)
+	}
+	deepest := 0
+	m.render.mu.Lock()
+	for _, el := range m.render.items {
+		deepest = max(deepest, el.Value.(*renderEntry).depth)
+	}
+	m.render.mu.Unlock()
+	if deepest > maxDepth {
+		t.Fatalf("an entry is %d parents deep (bound %d)", deepest, maxDepth)
+	}
 }

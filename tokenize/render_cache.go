@@ -3,6 +3,8 @@ package tokenize
 import (
 	"container/list"
 	"encoding/binary"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -49,17 +51,59 @@ type renderKey struct {
 }
 
 type renderEntry struct {
-	key  renderKey
-	text string   // the prefix rendered with add_generation_prompt and continue_final_message off
-	cut  int      // text[:cut] ends just after an added token; ids are its ids
-	ids  []uint32 // EncodeText(text[:cut]) without post-processor tokens
-	head string   // the render of the prefix's window head (window.go), same flags
-	feat uint8    // features of the prefix's messages (featSystem, ...)
+	key renderKey
+	// A conversation's entries share their prefix: an entry holds what follows its
+	// parent's text and ids (a root holds all of them), so a turn stores only its new
+	// part. The parent is kept alive by its children even once evicted; each entry is
+	// charged its whole length, so the bound holds whatever is shared.
+	parent  *renderEntry
+	depth   int      // parents above
+	text    string   // the render after parent's text (flags off)
+	textLen int      // len of the whole render
+	cut     int      // the whole render's [:cut] ends just after an added token
+	ids     []uint32 // the ids after parent's cut up to cut (no post-processor tokens)
+	idsLen  int      // ids of the whole render up to cut
+	head    string   // the render of the prefix's window head (window.go), flags off
+	feat    uint8    // features of the prefix's messages (featSystem, ...)
 }
 
 func (e *renderEntry) cost() int64 {
-	return int64(len(e.text) + len(e.head) + 4*len(e.ids) + entryOverhead)
+	return int64(e.textLen + len(e.head) + 4*e.idsLen + entryOverhead)
 }
+
+// textFrom returns the whole render from offset off.
+func (e *renderEntry) textFrom(off int) string {
+	start := e.textLen - len(e.text)
+	if off >= start {
+		return e.text[off-start:]
+	}
+	var parts []string
+	for x := e; x != nil; x = x.parent {
+		parts = append(parts, x.text)
+		if x.textLen-len(x.text) <= off {
+			break
+		}
+	}
+	slices.Reverse(parts)
+	whole := strings.Join(parts, "")
+	return whole[len(whole)-(e.textLen-off):]
+}
+
+// appendIDs appends the ids of the whole render up to cut.
+func (e *renderEntry) appendIDs(dst []uint32) []uint32 {
+	var chain [64]*renderEntry
+	parts := chain[:0]
+	for x := e; x != nil; x = x.parent {
+		parts = append(parts, x)
+	}
+	for i := len(parts) - 1; i >= 0; i-- {
+		dst = append(dst, parts[i].ids...)
+	}
+	return dst
+}
+
+// maxDepth bounds an entry's parent chain: a deeper one is stored flat.
+const maxDepth = 48
 
 // DefaultRenderCacheBytes is the render cache bound when Options.RenderCacheBytes is
 // 0: 128 MiB, about 75 conversation prefixes of 100k tokens (text and ids).
