@@ -324,3 +324,50 @@ func TestIncrementalLongConversation(t *testing.T) {
 		t.Fatalf("an entry is %d parents deep (bound %d)", deepest, maxDepth)
 	}
 }
+
+// TestIncrementalConcurrent: goroutines growing conversations at once, two of them
+// the same conversation, share one render cache and each gets the full render's ids.
+func TestIncrementalConcurrent(t *testing.T) {
+	m := freshFamily(t, "qwen3")
+	convs := make([][]map[string]any, 4)
+	for i := range convs {
+		convs[i] = agentConversation(rand.New(rand.NewPCG(9, uint64(i%3))), 12, i%2 == 1, false, true)
+	}
+	type result struct {
+		n        int
+		got, exp []uint32
+		err      error
+	}
+	reqs := make([][]*request.Request, len(convs))
+	wants := make([][][]uint32, len(convs))
+	for i, msgs := range convs {
+		for n := 1; n <= len(msgs); n++ {
+			extra := map[string]any{}
+			if i%2 == 1 {
+				extra["tools"] = probeTools
+			}
+			req := reqOf(t, msgs[:n], extra)
+			want, _ := uncachedIDs(t, m, req)
+			reqs[i], wants[i] = append(reqs[i], req), append(wants[i], want)
+		}
+	}
+	out := make(chan result, 64)
+	for i := range convs {
+		go func() {
+			for j, req := range reqs[i] {
+				got, err := cachedIDs(m, req)
+				out <- result{j + 1, got, wants[i][j], err}
+			}
+		}()
+	}
+	for range len(convs) * len(reqs[0]) {
+		r := <-out
+		if r.err != nil || firstDiff(r.got, r.exp) >= 0 {
+			t.Fatalf("n=%d: cached ids differ from the full render (err %v)", r.n, r.err)
+		}
+	}
+	m.render.proofWG.Wait()
+	if st := m.RenderCacheStats(); st.Disagreements != 0 {
+		t.Fatalf("self-check disagreed: %+v", st)
+	}
+}
