@@ -270,7 +270,8 @@ func (ix *Index) dropSpecLocked(w *worker) {
 
 // expireLocked pops dead, expired and over-capacity speculative entries from the front
 // of w's FIFO (insertion order = expiry order, as every entry gets the same TTL; for
-// capacity-bound workers, re-speculation re-appends, so the front is least recently used).
+// capacity-bound workers, a block booked again moves to the back when its place comes
+// due, so the front is least recently used).
 func (ix *Index) expireLocked(w *worker, now uint32) {
 	limit := -1
 	if w.noExpiry() {
@@ -280,14 +281,24 @@ func (ix *Index) expireLocked(w *worker, now uint32) {
 	for popped < len(w.fifo) {
 		s := w.fifo[popped]
 		h, ok := ix.peek(s.key, w.id)
-		live := ok && h.spec() && h.stamp == s.stamp
-		if live {
+		if ok && h.spec() {
 			over := limit >= 0 && w.specLive > limit
 			exp := h.wf&fNoExp == 0 && after(now, h.stamp)
-			if !over && !exp {
+			// A holder booked again keeps its first place in the FIFO (booking does not
+			// push it twice); when that place comes due it moves to the back with the
+			// stamp of its last booking.
+			stale := h.stamp != s.stamp
+			if !over && !exp && !(stale && h.wf&fNoExp == 0 && after(now, s.stamp)) {
 				break
 			}
-			ix.update(s.key, w.id, nil, func(h *holder) bool { return !(h.spec() && h.stamp == s.stamp) })
+			if stale && !exp {
+				w.fifo = append(w.fifo, specEntry{s.key, h.stamp})
+				ix.nFIFO.Add(1)
+				popped++
+				continue
+			}
+			stamp := h.stamp
+			ix.update(s.key, w.id, nil, func(h *holder) bool { return !(h.spec() && h.stamp == stamp) })
 			w.specLive--
 			if exp {
 				expired++
@@ -305,7 +316,7 @@ func (ix *Index) expireLocked(w *worker, now uint32) {
 	if len(w.fifo) > 1024 && len(w.fifo) > 4*w.specLive {
 		live := w.fifo[:0]
 		for _, s := range w.fifo {
-			if h, ok := ix.peek(s.key, w.id); ok && h.spec() && h.stamp == s.stamp {
+			if h, ok := ix.peek(s.key, w.id); ok && h.spec() {
 				live = append(live, s)
 			}
 		}

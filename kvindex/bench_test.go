@@ -220,3 +220,23 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBookAgain: the next turn of a conversation books its whole prompt again on
+// the worker that holds it speculatively (a 100k-token prompt: 6,250 blocks of 16, the
+// last one new each turn). ns/op per booking.
+func BenchmarkBookAgain(b *testing.B) {
+	ix := New(Options{SpeculativeTTL: time.Hour, Models: []Model{{Name: "m", BlockSize: 16}}})
+	ix.SetWorker(WorkerInfo{Name: "w", Model: "m"})
+	tokens := make([]uint32, 6250*16)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	keys := HashBlocks(Namespace{Model: "m"}.Seed(), tokens, 16, nil)
+	ix.Book("w", keys)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		keys[len(keys)-1] = Key(uint64(i) + 1) // the new turn's last block
+		ix.Book("w", keys)
+	}
+}

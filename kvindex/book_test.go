@@ -81,3 +81,32 @@ func TestWithdrawAfterRemoveWorker(t *testing.T) {
 		t.Fatalf("entries %d, want 0", ix.Entries())
 	}
 }
+
+// TestRebookingKeepsOneFIFOEntry: booking the same blocks again (the next turn of a
+// conversation books its whole prompt) refreshes their expiry without queueing them
+// twice; a block booked again outlives its first booking's TTL and expires a TTL after
+// its last booking.
+func TestRebookingKeepsOneFIFOEntry(t *testing.T) {
+	ix, c := newTestIndex(t)
+	ix.SetWorker(WorkerInfo{Name: "a", Model: "m"})
+	keys := keysOf("m", toks(1, 8))
+	for range 5 {
+		ix.Book("a", keys)
+		c.Add(4 * time.Second)
+	}
+	// 20 s after the first booking (TTL 10 s), 4 s after the last.
+	if n := ix.nFIFO.Load(); n != int64(len(keys)) {
+		t.Fatalf("FIFO holds %d entries for %d booked blocks", n, len(keys))
+	}
+	if got := blocksOf(ix.Lookup(keys, nil)); got["a"] != len(keys) {
+		t.Fatalf("blocks booked again 4 s ago expired: %v", got)
+	}
+	c.Add(7 * time.Second) // 11 s after the last booking
+	ix.Book("a", keysOf("m", toks(100, 1)))
+	if got := blocksOf(ix.Lookup(keys, nil)); got["a"] != 0 {
+		t.Fatalf("blocks outlived their last booking's TTL: %v", got)
+	}
+	if n := ix.nFIFO.Load(); n != 1 {
+		t.Fatalf("FIFO holds %d entries, want the one live booking", n)
+	}
+}

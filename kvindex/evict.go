@@ -97,7 +97,8 @@ func (ix *Index) evictSpecLocked(w *worker, n int) int {
 		s := w.fifo[0]
 		w.fifo = w.fifo[1:]
 		ix.nFIFO.Add(-1)
-		_, after, existed := ix.update(s.key, w.id, nil, func(h *holder) bool { return !(h.spec() && h.stamp == s.stamp) })
+		// A holder booked again after s was queued has no other entry: it goes too.
+		_, after, existed := ix.update(s.key, w.id, nil, func(h *holder) bool { return !h.spec() })
 		if existed && after.wf == 0 {
 			w.specLive--
 			done++

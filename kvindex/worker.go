@@ -329,7 +329,7 @@ func (ix *Index) book(name string, keys []Key, track bool) Booking {
 				b.keys = append(b.keys, k)
 			}
 		}
-		if state[i]&2 != 0 {
+		if state[i] == 2 { // a new speculative holder (one booked again keeps its entry)
 			w.fifo = append(w.fifo, specEntry{k, exp})
 			fifo++
 		}
