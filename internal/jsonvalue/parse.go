@@ -272,7 +272,7 @@ func (p *parser) strCheck(start, end, i int) (string, error) {
 
 // strEscaped decodes a string from start whose first escape is at b[i] == '\\'; the
 // first '"' after start is at quote (the end, unless it is escaped): decoded text is
-// never longer than its JSON, so that sizes the buffer.
+// never longer than its JSON, so the JSON string's length sizes the buffer.
 func (p *parser) strEscaped(start, i, quote int) (string, error) {
 	b := p.b
 	pre := b[start:i]
@@ -285,7 +285,26 @@ func (p *parser) strEscaped(start, i, quote int) (string, error) {
 	if !utf8.Valid(pre) {
 		return "", &SyntaxError{Msg: "invalid UTF-8 in string literal", Offset: int64(i)}
 	}
-	out := make([]byte, max(quote-start, 16)+8)
+	// The string ends at the first '"' after an even run of backslashes: find it, so
+	// that one buffer holds the decoded text (an escaped quote early in a long string
+	// would otherwise size it too small and grow it again and again).
+	end := quote
+	for {
+		n := 0
+		for j := end - 1; j >= i && b[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			break
+		}
+		k := bytes.IndexByte(b[end+1:], '"')
+		if k < 0 {
+			end = len(b)
+			break
+		}
+		end += 1 + k
+	}
+	out := make([]byte, max(end-start, 16)+8)
 	w := copy(out, pre)
 	for {
 		// Plain ASCII eight bytes at a time, up to the next byte that needs a look.

@@ -93,3 +93,25 @@ func TestSniffStringKey(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapedQuotesAndBackslashRuns: a string whose first '"' is escaped, with runs of
+// backslashes before quotes, decodes as encoding/json decodes it (the buffer is sized
+// from the real end of the string).
+func TestEscapedQuotesAndBackslashRuns(t *testing.T) {
+	for _, lit := range []string{`"\"a"`, `"a\\"`, `"\\\"b\\\\"`, `"x\"` + strings.Repeat(`y\\\"z`, 200) + `\\"`, `"\"\"\"\n\t\u00e9"`, `"\\\\\\\""`} {
+		var want string
+		if err := json.Unmarshal([]byte(lit), &want); err != nil {
+			t.Fatalf("%s: %v", lit, err)
+		}
+		v, err := ParseValue([]byte(`{"k":` + lit + `,"after":1}`))
+		if err != nil {
+			t.Fatalf("%s: %v", lit, err)
+		}
+		if got := v.Field("k").Text(); got != want {
+			t.Fatalf("%s: got %q want %q", lit, got, want)
+		}
+		if n, _ := v.Field("after").Int(); n != 1 {
+			t.Fatalf("%s: the member after the string was lost", lit)
+		}
+	}
+}
