@@ -371,3 +371,39 @@ func TestIncrementalConcurrent(t *testing.T) {
 		t.Fatalf("self-check disagreed: %+v", st)
 	}
 }
+
+// TestIncrementalAnthropic: a /v1/messages conversation (system blocks, tool_use,
+// tool_result) grown turn by turn gives the full render's ids through the cache.
+func TestIncrementalAnthropic(t *testing.T) {
+	m := freshFamily(t, "qwen3")
+	turns := []string{
+		`{"role":"user","content":"Weather in Oslo?"}`,
+		`{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"t1","name":"get_weather","input":{"city":"Oslo"}}]}`,
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"-3 C"}]}]}`,
+		`{"role":"assistant","content":"It is -3 C in Oslo."}`,
+		`{"role":"user","content":[{"type":"text","text":"And in Bergen?"}]}`,
+		`{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"t2","name":"get_weather","input":{"city":"Bergen"}}]}`,
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":"4 C"}]}`,
+		`{"role":"assistant","content":"4 C in Bergen."}`,
+		`{"role":"user","content":"Thanks"}`,
+	}
+	for n := 1; n <= len(turns); n++ {
+		for pass := range 2 {
+			req, err := request.Parse(request.APIMessages, []byte(`{"model":"m","max_tokens":10,"system":[{"type":"text","text":"Be brief."}],`+
+				`"tools":[{"name":"get_weather","description":"Weather.","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],`+
+				`"messages":[`+strings.Join(turns[:n], ",")+`]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, werr := uncachedIDs(t, m, req)
+			got, gerr := cachedIDs(m, req)
+			if (werr == nil) != (gerr == nil) || firstDiff(got, want) >= 0 {
+				t.Fatalf("n=%d pass %d: cached ids differ from the full render (errors %v / %v)", n, pass, werr, gerr)
+			}
+			m.render.proofWG.Wait() // the tools' proof, made in the background
+		}
+	}
+	if st := m.RenderCacheStats(); st.Hits == 0 || st.Disagreements != 0 {
+		t.Fatalf("anthropic conversation: %+v", st)
+	}
+}
