@@ -31,19 +31,7 @@ import (
 // b.N over the wall time; run with -mutexprofile to see where picks wait.
 func BenchmarkConcurrentPicks(b *testing.B) {
 	const nw, streams, prompts = 64, 16, 8
-	reg := workers.NewRegistry()
-	ws := make([]*workers.Worker, nw)
-	for i := range ws {
-		ws[i] = &workers.Worker{Name: fmt.Sprintf("w%02d", i), Address: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1), Models: []string{"m"}}
-	}
-	reg.Set(ws)
-	idx := kvindex.New(kvindex.Options{SpeculativeTTL: time.Hour})
-	pol, err := scoring.New(scoring.PolicyKVRoute, scoring.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := router.New(router.Options{Registry: reg, Index: idx, Policy: pol, Models: []router.Model{{Name: "m", BlockSize: 16}},
-		Metrics: metrics.NewUnregistered()})
+	_, idx, r := benchRouter(b, nw, "w%02d")
 	prefix := make([]uint32, 1024)
 	for i := range prefix {
 		prefix[i] = uint32(i*7919) % 151000
@@ -79,6 +67,25 @@ func BenchmarkConcurrentPicks(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
 	b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
+}
+
+// benchRouter is the benchmarks' router: nw workers of model "m" named by the format
+// name, an index with speculative entries kept an hour, the default policy.
+func benchRouter(b *testing.B, nw int, name string) ([]*workers.Worker, *kvindex.Index, *router.Router) {
+	reg := workers.NewRegistry()
+	ws := make([]*workers.Worker, nw)
+	for i := range ws {
+		ws[i] = &workers.Worker{Name: fmt.Sprintf(name, i), Address: fmt.Sprintf("10.%d.%d.%d:8000", i/62500, i/250%250, i%250+1), Models: []string{"m"}}
+	}
+	reg.Set(ws)
+	idx := kvindex.New(kvindex.Options{SpeculativeTTL: time.Hour})
+	pol, err := scoring.New(scoring.PolicyKVRoute, scoring.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := router.New(router.Options{Registry: reg, Index: idx, Policy: pol, Models: []router.Model{{Name: "m", BlockSize: 16}},
+		Metrics: metrics.NewUnregistered()})
+	return ws, idx, r
 }
 
 // cpuTime is the process's user+system CPU time: on a shared machine wall time per op
@@ -160,19 +167,7 @@ func BenchmarkPickScale(b *testing.B) {
 			runtime.GC()
 			var m0 runtime.MemStats
 			runtime.ReadMemStats(&m0)
-			reg := workers.NewRegistry()
-			ws := make([]*workers.Worker, nw)
-			for i := range ws {
-				ws[i] = &workers.Worker{Name: fmt.Sprintf("w%04d", i), Address: fmt.Sprintf("10.%d.%d.%d:8000", i/62500, i/250%250, i%250+1), Models: []string{"m"}}
-			}
-			reg.Set(ws)
-			idx := kvindex.New(kvindex.Options{SpeculativeTTL: time.Hour})
-			pol, err := scoring.New(scoring.PolicyKVRoute, scoring.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			r := router.New(router.Options{Registry: reg, Index: idx, Policy: pol, Models: []router.Model{{Name: "m", BlockSize: 16}},
-				Metrics: metrics.NewUnregistered()})
+			ws, idx, r := benchRouter(b, nw, "w%04d")
 			seed := kvindex.Namespace{Model: "m"}.Seed()
 			own := make([]uint32, 2048)
 			for i, w := range ws {
