@@ -79,6 +79,10 @@
 //     tokens. BPE cannot merge across an added token, so a run's ids do not depend on
 //     what surrounds it: the next turn of a conversation reuses every earlier message's
 //     ids and only encodes the new one (cache.go).
+//   - A byte-bounded render cache holds conversation prefixes rendered and tokenized:
+//     the next turn renders only a window of a few messages through the template and
+//     encodes only the text after the cached cut, where probe conversations proved the
+//     template renders that cut exactly (incremental.go, window.go, proof.go).
 //
 // # Files
 //
@@ -91,6 +95,9 @@
 //	pretok.go               hand-written Split pre-tokenizers
 //	added.go                added/special token splitting
 //	cache.go                byte-bounded segment cache
+//	render_cache.go         byte-bounded render cache, prefix hashes
+//	incremental.go          chat ids from a cached prefix; the sampled self-check
+//	window.go, proof.go     the window a cut renders; which cuts are proven exact
 //	chat.go, jsonvalue.go   chat templates, vLLM message/tool normalization, Anthropic
 //	tojson.go               jsonvalue.Values → template values; Python json.dumps tojson
 //	service.go, remote.go   per-model path chains, worker /tokenize, health, metrics
