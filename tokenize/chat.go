@@ -24,6 +24,30 @@ type chatTemplate struct {
 	openai bool
 	// lits are the strings the template tests message text against (window.go).
 	lits []string
+	// clock is what the template reads of the current time (strftime_now): clockNone,
+	// clockDate (a render holds for the day) or clockTime (renders are never cached).
+	clock uint8
+}
+
+const (
+	clockNone uint8 = iota
+	clockDate
+	clockTime
+)
+
+// timeCodes are the strftime codes finer than a day.
+var timeCodes = regexp.MustCompile(`%[-#]?[HIMSpXcfsTrRzZ]`)
+
+// templateClock classifies src's use of strftime_now (its formats are in the source
+// or in variables; any time-of-day code anywhere counts).
+func templateClock(src string) uint8 {
+	switch {
+	case !strings.Contains(src, "strftime_now"):
+		return clockNone
+	case timeCodes.MatchString(src):
+		return clockTime
+	}
+	return clockDate
 }
 
 // contentLoop finds `for x in message['content']` / `message.content` style loops,
@@ -36,7 +60,7 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: does not compile: %v", ErrTemplate, err)
 	}
-	ct := &chatTemplate{tmpl: t, src: src, openai: contentLoop.MatchString(src), lits: templateLiterals(src)}
+	ct := &chatTemplate{tmpl: t, src: src, openai: contentLoop.MatchString(src), lits: templateLiterals(src), clock: templateClock(src)}
 	// Render a small conversation once so that a template using something the engine
 	// lacks (an unknown filter or method) is reported at load time, not per request.
 	probe := jsonvalue.ValueOf([]any{map[string]any{"role": "system", "content": "s"}, map[string]any{"role": "user", "content": "u"},

@@ -3,6 +3,9 @@ package tokenize
 import (
 	"maps"
 	"slices"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/ardanlabs/jinja"
 
@@ -23,7 +26,7 @@ func (m *Model) chatIDs(req *request.Request, add bool) ([]uint32, error) {
 		return nil, err
 	}
 	rc := m.render
-	if rc == nil || rc.off.Load() || c.cfm || c.flagKwargs != nil || len(c.msgs) == 0 {
+	if rc == nil || rc.off.Load() || c.cfm || c.flagKwargs != nil || len(c.msgs) == 0 || m.chat.clock == clockTime {
 		return m.fullChatIDs(c, add)
 	}
 	n := len(c.msgs)
@@ -35,6 +38,11 @@ func (m *Model) chatIDs(req *request.Request, add bool) ([]uint32, error) {
 		t.sysOff = 1
 	}
 	ctx := contextHash(req)
+	if m.chat.clock == clockDate {
+		// The template writes today's date (strftime_now, local time as the engine's
+		// renderer does): yesterday's prefixes are not today's.
+		ctx ^= xxhash.Sum64String(time.Now().Format(time.DateOnly))
+	}
 	hs := prefixHashes(ctx, c.msgs, make([]uint64, 0, n))
 	p := rc.proofFor(m, ctx, c.vars)
 	if p == nil {

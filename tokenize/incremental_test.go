@@ -407,3 +407,27 @@ func TestIncrementalAnthropic(t *testing.T) {
 		t.Fatalf("anthropic conversation: %+v", st)
 	}
 }
+
+// TestTemplateClock: a template writing today's date keys the cache by the date; one
+// writing the time of day is never cached.
+func TestTemplateClock(t *testing.T) {
+	for src, want := range map[string]uint8{
+		`{{ messages[0].content }}`:                         clockNone,
+		`{%- set date_string = strftime_now("%d %b %Y") %}`: clockDate,
+		`{{ strftime_now("%Y-%m-%d %H:%M") }}`:              clockTime,
+	} {
+		if got := templateClock(src); got != want {
+			t.Errorf("%s: clock %d, want %d", src, got, want)
+		}
+	}
+	m := withTemplate(t, "qwen3", `{{ strftime_now("%H:%M:%S") }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}`)
+	msgs := agentConversation(rand.New(rand.NewPCG(3, 4)), 6, false, false, true)
+	for n := 1; n <= len(msgs); n++ {
+		if _, err := cachedIDs(m, reqOf(t, msgs[:n], nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := m.RenderCacheStats(); st.Hits != 0 || st.Stores != 0 {
+		t.Fatalf("a time-of-day template used the cache: %+v", st)
+	}
+}
