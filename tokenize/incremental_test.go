@@ -431,3 +431,39 @@ func TestTemplateClock(t *testing.T) {
 		t.Fatalf("a time-of-day template used the cache: %+v", st)
 	}
 }
+
+// TestProofOnlyForInputsThatComeBack: tools sent once never cost a proof; the second
+// request with the same tools starts one, after which the cache serves them.
+func TestProofOnlyForInputsThatComeBack(t *testing.T) {
+	m := freshFamily(t, "qwen3")
+	msgs := agentConversation(rand.New(rand.NewPCG(11, 12)), 4, false, false, true)
+	proofs := func() int {
+		m.render.proofWG.Wait()
+		m.render.proofMu.Lock()
+		defer m.render.proofMu.Unlock()
+		return len(m.render.proofs)
+	}
+	base := proofs()
+	for i := range 20 {
+		tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": fmt.Sprintf("fn%d", i), "parameters": map[string]any{}}}}
+		if _, err := cachedIDs(m, reqOf(t, msgs, map[string]any{"tools": tools})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := proofs(); n != base {
+		t.Fatalf("20 tool sets seen once made %d proofs", n-base)
+	}
+	extra := map[string]any{"tools": probeTools}
+	for n := 1; n <= len(msgs); n++ {
+		if _, err := cachedIDs(m, reqOf(t, msgs[:n], extra)); err != nil {
+			t.Fatal(err)
+		}
+		proofs()
+	}
+	if n := proofs(); n != base+1 {
+		t.Fatalf("tools that came back: %d proofs, want %d", n, base+1)
+	}
+	if st := m.RenderCacheStats(); st.Hits == 0 {
+		t.Fatalf("no hit once the tools were proven: %+v", st)
+	}
+}

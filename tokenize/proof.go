@@ -152,15 +152,24 @@ func (m *Model) prove(vars map[string]jinja.Value) *proof {
 	return p
 }
 
-// proofFor returns the proof for the template inputs of ctx, or nil while it is being
-// made: the first request with new inputs starts it in the background (one at a time)
-// and is rendered in full, as are requests until it is done. The map is bounded:
+// proofFor returns the proof for the template inputs of ctx, or nil while there is
+// none: the second request with new inputs starts it in the background (one at a
+// time); requests are rendered in full until it is done. The map is bounded:
 // past maxProofs proofs it starts over.
 func (c *renderCache) proofFor(m *Model, ctx uint64, vars map[string]jinja.Value) *proof {
 	c.proofMu.Lock()
 	defer c.proofMu.Unlock()
 	if p, ok := c.proofs[ctx]; ok {
 		return p
+	}
+	// Only inputs that come back are worth a proof (a conversation's next turn repeats
+	// its tools): a client sending new tools every time never starts one.
+	if _, again := c.seen[ctx]; !again {
+		if len(c.seen) >= maxSeen {
+			clear(c.seen)
+		}
+		c.seen[ctx] = struct{}{}
+		return nil
 	}
 	if !c.proving.CompareAndSwap(0, 1) {
 		return nil
@@ -181,5 +190,9 @@ func (c *renderCache) proofFor(m *Model, ctx uint64, vars map[string]jinja.Value
 	return nil
 }
 
-// maxProofs bounds the proofs a model keeps (one per distinct tools and kwargs set).
-const maxProofs = 256
+// maxProofs bounds the proofs a model keeps (one per distinct tools and kwargs set);
+// maxSeen the inputs seen once.
+const (
+	maxProofs = 256
+	maxSeen   = 4096
+)

@@ -39,9 +39,10 @@ type renderCache struct {
 	checking atomic.Int32
 	served   atomic.Int64 // fast-path renders, for sampling the self-check
 
-	proofMu sync.Mutex // guards proofs
+	proofMu sync.Mutex // guards proofs, seen
 	proofs  map[uint64]*proof
-	proving atomic.Int32 // background proofs running
+	seen    map[uint64]struct{} // inputs seen once, without a proof
+	proving atomic.Int32        // background proofs running
 	proofWG sync.WaitGroup
 }
 
@@ -110,7 +111,7 @@ const maxDepth = 48
 const DefaultRenderCacheBytes = 128 << 20
 
 func newRenderCache(limit int64) *renderCache {
-	return &renderCache{limit: limit, lru: list.New(), items: map[renderKey]*list.Element{}, proofs: map[uint64]*proof{}}
+	return &renderCache{limit: limit, lru: list.New(), items: map[renderKey]*list.Element{}, proofs: map[uint64]*proof{}, seen: map[uint64]struct{}{}}
 }
 
 func (c *renderCache) get(k renderKey) *renderEntry {
