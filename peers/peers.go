@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -72,13 +73,19 @@ type Options struct {
 	// nothing arrived from it for this long; a summary is re-sent at least every
 	// SilenceTimeout/3 while nothing changes.
 	SilenceTimeout   time.Duration
-	MaxMessageBytes  int            // one summary, bytes (received: grpc.MaxRecvMsgSize; sent: keys are cut to fit)
-	MaxWorkers       int            // workers per summary
-	MaxKeysPerWorker int            // block keys per worker per summary
-	MaxPeers         int            // peer states held (and concurrent inbound streams)
-	Metrics          *metrics.Peers // nil: an unregistered set
-	Logger           *slog.Logger
-	Now              func() time.Time
+	MaxMessageBytes  int // one summary, bytes (received: grpc.MaxRecvMsgSize; sent: keys are cut to fit)
+	MaxWorkers       int // workers per summary
+	MaxKeysPerWorker int // block keys per worker per summary
+	MaxPeers         int // peer states held (and concurrent inbound streams)
+	// Auth authenticates the exchange both ways (zero: none; peers are then admitted
+	// only from a target's address).
+	Auth Auth
+	// Claims bounds what one peer may claim on one worker (Claims; zero fields take
+	// DefaultClaims').
+	Claims  Claims
+	Metrics *metrics.Peers // nil: an unregistered set
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Manager exchanges booking summaries with peer replicas: it streams this replica's
@@ -216,6 +223,7 @@ func New(o Options) (*Manager, error) {
 	if o.MaxPeers <= 0 {
 		o.MaxPeers = DefaultMaxPeers
 	}
+	o.Claims = o.Claims.withDefaults()
 	if o.Metrics == nil {
 		o.Metrics = metrics.NewUnregistered().Peers
 	}
@@ -250,6 +258,11 @@ func (m *Manager) WorkerAdded(w *workers.Worker) {
 		return
 	}
 	t := &target{addr: w.Address}
+	if host, _, err := net.SplitHostPort(w.Address); err == nil {
+		if ip, err := netip.ParseAddr(host); err == nil {
+			t.ips.Store(&[]netip.Addr{ip.Unmap()}) // known at once; names resolve at each dial
+		}
+	}
 	m.targets[w.Address] = t
 	if m.runCtx != nil {
 		m.startLocked(t)
@@ -283,9 +296,9 @@ func (m *Manager) startLocked(t *target) {
 // and expires silent peers, until ctx is cancelled. It returns after every goroutine
 // it started has ended.
 func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
-	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.MaxRecvMsgSize(m.o.MaxMessageBytes),
+	srv := grpc.NewServer(append(m.serverOptions(), grpc.ForceServerCodec(codec{}), grpc.MaxRecvMsgSize(m.o.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(2*m.o.MaxPeers)),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
 	srv.RegisterService(&serviceDesc, m)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -401,6 +414,10 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 	p := m.peers[s.Replica]
 	switch {
 	case p == nil:
+		if !m.knownLocked(remote) {
+			m.o.Metrics.Dropped.WithLabelValues(DropUnknownPeer).Inc()
+			return status.Errorf(codes.PermissionDenied, "peers: %s is not a known peer address and peers are not authenticated (peers.token, peers.tls)", remote)
+		}
 		if len(m.peers) >= m.o.MaxPeers {
 			m.o.Metrics.Dropped.WithLabelValues(DropTooManyPeers).Inc()
 			return status.Errorf(codes.ResourceExhausted, "peers: already %d peers (peers.max_peers)", m.o.MaxPeers)
@@ -418,6 +435,7 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 	p.msgs++
 	p.bytes += uint64(n)
 	p.total = scoring.Booked{}
+	clampSent(s, now)
 	seen := make(map[string]bool, len(s.Workers))
 	for i := range s.Workers {
 		ws := &s.Workers[i]
@@ -425,6 +443,9 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 			continue
 		}
 		seen[ws.Worker] = true
+		if m.o.Claims.clamp(ws, s.Sent) {
+			m.o.Metrics.Clamped.Inc()
+		}
 		im := p.workers[ws.Worker]
 		if im == nil {
 			im = &imported{}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
@@ -47,8 +47,9 @@ func (m *Manager) sendLoop(ctx context.Context, t *target) {
 }
 
 func (m *Manager) sendStream(ctx context.Context, t *target) (sentAny bool, err error) {
-	cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: m.o.SilenceTimeout, PermitWithoutStream: true}))
+	t.resolve(ctx)
+	cc, err := grpc.NewClient(t.addr, append(m.dialOptions(),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: m.o.SilenceTimeout, PermitWithoutStream: true}))...)
 	if err != nil {
 		return false, err
 	}
@@ -155,4 +156,5 @@ type target struct {
 	self      atomic.Bool
 	msgs      atomic.Uint64
 	lastErr   atomic.Pointer[string]
+	ips       atomic.Pointer[[]netip.Addr] // the host's addresses at the last dial (knownLocked)
 }
