@@ -156,10 +156,12 @@ func TestPredictionSaturates(t *testing.T) {
 	const huge = 1 << 39
 	normal := p.Predict(input(4096), ptr(cand("b", 0, 5000)))
 	for name, mod := range map[string]func(in *Input, c *Candidate){
-		"prompt":         func(in *Input, c *Candidate) { in.PromptTokens = huge },
-		"booked prefill": func(in *Input, c *Candidate) { c.Booked = Booked{Requests: huge, Prefilling: huge, PrefillTokens: huge} },
-		"booked decode":  func(in *Input, c *Candidate) { c.Booked = Booked{Requests: huge, Decoding: huge} },
-		"unsized":        func(in *Input, c *Candidate) { c.Booked = Booked{Requests: huge, Prefilling: huge, Unsized: huge} },
+		"prompt": func(in *Input, c *Candidate) { in.PromptTokens = huge },
+		"booked prefill": func(in *Input, c *Candidate) {
+			c.Booked = Booked{Requests: huge, Prefilling: huge, PrefillTokens: huge}
+		},
+		"booked decode": func(in *Input, c *Candidate) { c.Booked = Booked{Requests: huge, Decoding: huge} },
+		"unsized":       func(in *Input, c *Candidate) { c.Booked = Booked{Requests: huge, Prefilling: huge, Unsized: huge} },
 		"scraped load": func(in *Input, c *Candidate) {
 			c.Load = workers.Load{Waiting: 1e300, Running: 1e300, ScrapedAt: in.Now}
 		},
