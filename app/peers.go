@@ -28,7 +28,7 @@ func (a *App) newPeers() error {
 	}
 	m, err := peers.New(peers.Options{ID: pc.ID, Router: a.Router, Index: a.Index, Interval: pc.Interval,
 		SilenceTimeout: pc.SilenceTimeout, MaxMessageBytes: pc.MaxMessageBytes, MaxKeysPerWorker: pc.MaxKeysPerWorker,
-		MaxPeers: pc.MaxPeers, Metrics: a.Metrics.Peers, Logger: a.Logger, Auth: auth,
+		MaxPeers: pc.MaxPeers, MaxInboundBytes: pc.MaxInboundBytes, Metrics: a.Metrics.Peers, Logger: a.Logger, Auth: auth,
 		Claims: peers.Claims{MaxRequests: pc.MaxRequestsPerWorker, MaxPromptTokens: a.Config.Router.MaxPromptTokens}})
 	if err != nil {
 		return err

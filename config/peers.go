@@ -36,8 +36,13 @@ type Peers struct {
 	MaxMessageBytes int `mapstructure:"max_message_bytes"`
 	// MaxKeysPerWorker bounds the block keys per worker in one summary.
 	MaxKeysPerWorker int `mapstructure:"max_keys_per_worker"`
-	// MaxPeers bounds the peer states held (and inbound streams: twice as many).
+	// MaxPeers bounds the peer states held (and inbound streams over every
+	// connection: twice as many; connections: four times as many).
 	MaxPeers int `mapstructure:"max_peers"`
+	// MaxInboundBytes bounds the summaries received, decoded or applied at once over
+	// every connection: max_inbound_bytes / max_message_bytes of them; a stream waits
+	// (reading nothing) for its turn.
+	MaxInboundBytes int `mapstructure:"max_inbound_bytes"`
 	// MaxRequestsPerWorker bounds the requests one peer may claim on one worker; larger
 	// claims are cut to it (and its prefilling / decoding counts, prefill tokens and
 	// writes to what that many requests of router.max_prompt_tokens could hold).
@@ -95,7 +100,7 @@ type PeersK8s struct {
 func defaultPeers() Peers {
 	return Peers{RefreshInterval: 10 * time.Second, DNS: PeersDNS{Port: 9004}, Kubernetes: PeersK8s{PortName: "peers"},
 		Interval: 25 * time.Millisecond, SilenceTimeout: 3 * time.Second, MaxMessageBytes: 4 << 20,
-		MaxKeysPerWorker: 16384, MaxPeers: 64, MaxRequestsPerWorker: 4096}
+		MaxKeysPerWorker: 16384, MaxPeers: 64, MaxRequestsPerWorker: 4096, MaxInboundBytes: 32 << 20}
 }
 
 // Enabled reports whether this replica exchanges bookings with peers.
@@ -149,6 +154,8 @@ func (p Peers) validate(ix Index) error {
 		return fieldErr("peers.max_keys_per_worker", "must be ≥ 0, got %d", p.MaxKeysPerWorker)
 	case p.MaxPeers < 1 || p.MaxPeers > 1024:
 		return fieldErr("peers.max_peers", "must be in 1..1024, got %d", p.MaxPeers)
+	case p.MaxInboundBytes < p.MaxMessageBytes || p.MaxInboundBytes > 1<<30:
+		return fieldErr("peers.max_inbound_bytes", "must be in peers.max_message_bytes (%d)..1073741824 bytes, got %d", p.MaxMessageBytes, p.MaxInboundBytes)
 	case p.MaxRequestsPerWorker < 1 || p.MaxRequestsPerWorker > 1<<20:
 		return fieldErr("peers.max_requests_per_worker", "must be in 1..1048576 requests, got %d", p.MaxRequestsPerWorker)
 	case len(p.ID) > 200:

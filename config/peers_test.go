@@ -46,6 +46,9 @@ func TestPeersValidation(t *testing.T) {
 			c.Peers.ListenAddr, c.Peers.SilenceTimeout = ":9004", 50*time.Millisecond
 		}},
 		{"max peers", "peers.max_peers", "1..1024", func(c *Config) { c.Peers.ListenAddr, c.Peers.MaxPeers = ":9004", 0 }},
+		{"inbound below one message", "peers.max_inbound_bytes", "peers.max_message_bytes", func(c *Config) {
+			c.Peers.ListenAddr, c.Peers.MaxInboundBytes = "127.0.0.1:9004", 1<<20
+		}},
 		{"max requests per worker", "peers.max_requests_per_worker", "1..1048576", func(c *Config) {
 			c.Peers.ListenAddr, c.Peers.MaxRequestsPerWorker = "127.0.0.1:9004", 0
 		}},

@@ -27,6 +27,9 @@ type Peers struct {
 	// Clamped counts worker entries of applied summaries whose claims were cut to
 	// peers.max_requests_per_worker and the bounds derived from it.
 	Clamped prometheus.Counter
+	// InboundBytes is the size of the summaries being decoded or applied now, over
+	// every connection (at most peers.max_inbound_bytes).
+	InboundBytes prometheus.Gauge
 }
 
 func newPeers(reg prometheus.Registerer) *Peers {
@@ -48,6 +51,8 @@ func newPeers(reg prometheus.Registerer) *Peers {
 			Name: "dropped_total", Help: "Peer summaries or streams not applied, by reason (malformed, stale, self, too_many_peers, unauthenticated, unknown_peer, busy)."}, []string{"reason"})),
 		Expired: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "expired_total", Help: "Peer states dropped with their bookings and imported entries, by reason (silent, stream_ended)."}, []string{"reason"})),
+		InboundBytes: must(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "inbound_bytes", Help: "Bytes of peer summaries being decoded or applied now, over every connection (bounded by peers.max_inbound_bytes)."})),
 		Clamped: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "clamped_total", Help: "Worker entries of peer summaries whose claimed bookings, prefill tokens, writes or times were cut to what a real replica could hold (peers.max_requests_per_worker)."})),
 	}

@@ -45,6 +45,29 @@ func rawStream(t *testing.T, addr string, opts ...grpc.DialOption) grpc.ClientSt
 	return st
 }
 
+// rawConn dials addr as a hand-made peer would; streams opened on it share the connection.
+func rawConn(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func streamOn(t *testing.T, cc *grpc.ClientConn) grpc.ClientStream {
+	t.Helper()
+	st, err := openStream(context.Background(), cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // sendAndEnd sends s on st and returns the status the receiver ended the stream with.
 func sendAndEnd(t *testing.T, st grpc.ClientStream, s *Summary) error {
 	t.Helper()
@@ -137,10 +160,11 @@ func TestMutualTLSAuthenticatesPeers(t *testing.T) {
 func TestFakePeersTakeNoSlots(t *testing.T) {
 	t.Run("unauthenticated, unknown address", func(t *testing.T) {
 		b := startReplica(t, "b", 5*time.Second, func(o *Options) { o.MaxPeers = 2 })
+		cc := rawConn(t, b.addr)
 		for i := range 10 {
 			s := sampleSummary()
 			s.Replica = fmt.Sprintf("fake-%d", i)
-			if err := sendAndEnd(t, rawStream(t, b.addr), s); status.Code(err) != codes.PermissionDenied {
+			if err := sendAndEnd(t, streamOn(t, cc), s); status.Code(err) != codes.PermissionDenied {
 				t.Fatalf("fake %d: %v, want PermissionDenied", i, err)
 			}
 		}
@@ -159,10 +183,11 @@ func TestFakePeersTakeNoSlots(t *testing.T) {
 		auth := withAuth(Auth{Token: "s3cret"})
 		b := startReplica(t, "b", 5*time.Second, auth, func(o *Options) { o.MaxPeers = 2 })
 		b.peer("127.0.0.1:1") // a known address does not stand in for the token
+		cc := rawConn(t, b.addr)
 		for i := range 10 {
 			s := sampleSummary()
 			s.Replica = fmt.Sprintf("fake-%d", i)
-			if err := sendAndEnd(t, rawStream(t, b.addr), s); status.Code(err) != codes.Unauthenticated {
+			if err := sendAndEnd(t, streamOn(t, cc), s); status.Code(err) != codes.Unauthenticated {
 				t.Fatalf("fake %d: %v, want Unauthenticated", i, err)
 			}
 		}
