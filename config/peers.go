@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/kvroute/kvroute/peers"
 )
 
 // Peers configures the exchange of bookings between kvroute replicas (package peers).
@@ -99,8 +101,9 @@ type PeersK8s struct {
 
 func defaultPeers() Peers {
 	return Peers{RefreshInterval: 10 * time.Second, DNS: PeersDNS{Port: 9004}, Kubernetes: PeersK8s{PortName: "peers"},
-		Interval: 25 * time.Millisecond, SilenceTimeout: 3 * time.Second, MaxMessageBytes: 4 << 20,
-		MaxKeysPerWorker: 16384, MaxPeers: 64, MaxRequestsPerWorker: 4096, MaxInboundBytes: 32 << 20}
+		Interval: peers.DefaultInterval, SilenceTimeout: peers.DefaultSilenceTimeout, MaxMessageBytes: peers.DefaultMaxMessageBytes,
+		MaxKeysPerWorker: peers.DefaultMaxKeysPerWorker, MaxPeers: peers.DefaultMaxPeers,
+		MaxRequestsPerWorker: peers.DefaultClaims.MaxRequests, MaxInboundBytes: peers.DefaultMaxInboundBytes}
 }
 
 // Enabled reports whether this replica exchanges bookings with peers.

@@ -1,6 +1,10 @@
 package peers
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvroute/kvroute/router"
+)
 
 // Claims bounds what one peer may claim on one worker: what a real replica could hold
 // there. A summary is a peer's word, and the router prices it as load (a booked
@@ -19,7 +23,7 @@ type Claims struct {
 }
 
 // DefaultClaims are Claims' zero fields' values.
-var DefaultClaims = Claims{MaxRequests: 4096, MaxPromptTokens: 131072}
+var DefaultClaims = Claims{MaxRequests: 4096, MaxPromptTokens: router.DefaultMaxPromptTokens}
 
 func (c Claims) withDefaults() Claims {
 	if c.MaxRequests <= 0 {
