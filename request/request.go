@@ -117,7 +117,9 @@ func AsError(err error) (*Error, bool) {
 // value, as json.loads does. Errors are *Error with a 4xx status.
 // For APIOther it returns a Request with only Model filled when the body is a JSON
 // object with a "model" string, and never fails.
-func Parse(api API, body []byte) (*Request, error) { return ParseBounded(api, body, DefaultMaxArrayElements) }
+func Parse(api API, body []byte) (*Request, error) {
+	return ParseBounded(api, body, DefaultMaxArrayElements)
+}
 
 // DefaultMaxArrayElements is Parse's bound on the elements of any one array in a body
 // (a token-id prompt, messages, a list of prompts): 2^20, above the longest context of
