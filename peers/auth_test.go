@@ -27,22 +27,11 @@ import (
 
 func withAuth(a Auth) func(*Options) { return func(o *Options) { o.Auth = a } }
 
-// rawStream opens an Exchange stream to addr as a hand-made peer would.
+// rawStream opens an Exchange stream to addr as a hand-made peer would, on a
+// connection of its own.
 func rawStream(t *testing.T, addr string, opts ...grpc.DialOption) grpc.ClientStream {
 	t.Helper()
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	cc, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	st, err := openStream(context.Background(), cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return streamOn(t, rawConn(t, addr, opts...))
 }
 
 // rawConn dials addr as a hand-made peer would; streams opened on it share the connection.

@@ -4,9 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/kvindex"
-	"github.com/kvroute/kvroute/metrics"
-	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers"
 )
@@ -21,12 +18,7 @@ func FuzzReceive(f *testing.F) {
 		Workers: []WorkerSummary{{Worker: "w0", Booked: scoring.Booked{Requests: 1 << 39, Prefilling: 1 << 39, PrefillTokens: 1 << 39, Decoding: 1 << 39}, Writes: 1 << 39}}}
 	f.Add(encode(nil, huge), encode(nil, sampleSummary()))
 	f.Add([]byte{wireVersion, 0}, []byte{})
-	reg := workers.NewRegistry()
-	ms := metrics.NewUnregistered()
-	ix := kvindex.New(kvindex.Options{SpeculativeTTL: time.Minute, Metrics: ms.Index})
-	reg.Subscribe(ix)
-	reg.Set([]*workers.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"m"}}, {Name: "w1", Address: "127.0.0.1:2", Models: []string{"m"}}})
-	r := router.New(router.Options{Registry: reg, Index: ix, Metrics: ms})
+	r, ix, ms := testRouter()
 	claims := Claims{MaxRequests: 64, MaxPromptTokens: 1024}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		m, err := New(Options{ID: "me", Router: r, Index: ix, Metrics: ms.Peers, Claims: claims, Auth: Auth{Token: "t"}})
@@ -57,13 +49,6 @@ func FuzzReceive(f *testing.F) {
 		if p.TTFT < 0 || p.TTFT > 3*scoring.MaxPredictedTerm {
 			t.Fatalf("TTFT %v", p.TTFT)
 		}
-		// Drop what it imported: the next input starts clean.
-		m.mu.Lock()
-		for id, p := range m.peers {
-			m.dropLocked(p, "")
-			delete(m.peers, id)
-		}
-		m.mu.Unlock()
-		m.publish()
+		m.dropAll() // the next input starts clean
 	})
 }

@@ -382,13 +382,7 @@ loop:
 	cancel()
 	srv.Stop() // ends inbound streams: their peers' states are dropped
 	m.wg.Wait()
-	m.mu.Lock()
-	for id, p := range m.peers {
-		m.dropLocked(p, "")
-		delete(m.peers, id)
-	}
-	m.mu.Unlock()
-	m.publish()
+	m.dropAll()
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return err
 	}
@@ -537,6 +531,17 @@ func (m *Manager) expire(now time.Time) {
 	if changed {
 		m.markDirty()
 	}
+}
+
+// dropAll drops every peer's state (its bookings and imported entries) and publishes.
+func (m *Manager) dropAll() {
+	m.mu.Lock()
+	for id, p := range m.peers {
+		m.dropLocked(p, "")
+		delete(m.peers, id)
+	}
+	m.mu.Unlock()
+	m.publish()
 }
 
 // markDirty asks the publisher to hand the peers' bookings to the router. One-slot,

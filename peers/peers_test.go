@@ -29,14 +29,19 @@ type replica struct {
 	done   chan error
 }
 
-func startReplica(t *testing.T, id string, silence time.Duration, mods ...func(*Options)) *replica {
-	t.Helper()
+// testRouter is a router over workers w0 and w1 (model "m") with its index.
+func testRouter() (*router.Router, *kvindex.Index, *metrics.Set) {
 	reg := workers.NewRegistry()
 	ms := metrics.NewUnregistered()
 	ix := kvindex.New(kvindex.Options{SpeculativeTTL: time.Minute, Metrics: ms.Index})
 	reg.Subscribe(ix)
 	reg.Set([]*workers.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"m"}}, {Name: "w1", Address: "127.0.0.1:2", Models: []string{"m"}}})
-	r := router.New(router.Options{Registry: reg, Index: ix, Metrics: ms})
+	return router.New(router.Options{Registry: reg, Index: ix, Metrics: ms}), ix, ms
+}
+
+func startReplica(t *testing.T, id string, silence time.Duration, mods ...func(*Options)) *replica {
+	t.Helper()
+	r, ix, ms := testRouter()
 	o := Options{ID: id, Router: r, Index: ix, SilenceTimeout: silence, Metrics: ms.Peers}
 	for _, mod := range mods {
 		mod(&o)

@@ -12,15 +12,7 @@ import (
 // gets 401 even for a body that would not parse), and bounds a token-id prompt while
 // parsing it: router.max_prompt_tokens (131072 by default) + 1 ids is a 400 saying so.
 func TestProxyAuthenticatesBeforeParsingAndBoundsTokenIDs(t *testing.T) {
-	keys := t.TempDir() + "/keys"
-	h := admission.KeyHash("sk-a")
-	line := ""
-	for _, b := range h {
-		line += string("0123456789abcdef"[b>>4]) + string("0123456789abcdef"[b&15])
-	}
-	if err := writeFile(keys, line+" alpha\n"); err != nil {
-		t.Fatal(err)
-	}
+	keys := apiKeyFile(t, "sk-a", "alpha")
 	srv, _, _ := admissionProxy(t, func(c *config.Admission) {
 		c.Identity, c.APIKeysFile, c.RequireTenant = []string{"api_key"}, keys, true
 	})
@@ -35,4 +27,18 @@ func TestProxyAuthenticatesBeforeParsingAndBoundsTokenIDs(t *testing.T) {
 	if resp.StatusCode != 400 || !strings.Contains(body, "more than 131072 elements") || !strings.Contains(body, "invalid_request_error") {
 		t.Fatalf("131073 token ids: %d %s, want a 400 naming the bound", resp.StatusCode, body)
 	}
+}
+
+// apiKeyFile writes an admission.api_keys_file holding key for tenant and returns its path.
+func apiKeyFile(t *testing.T, key, tenant string) string {
+	t.Helper()
+	p := t.TempDir() + "/keys"
+	line := ""
+	for _, b := range admission.KeyHash(key) {
+		line += string("0123456789abcdef"[b>>4]) + string("0123456789abcdef"[b&15])
+	}
+	if err := writeFile(p, line+" "+tenant+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
