@@ -105,16 +105,23 @@ func (a *Admitter) cost(uncached, cached, output int) int64 {
 	return int64(math.Ceil(w.Uncached*float64(max(uncached, 0)) + w.Cached*float64(max(cached, 0)) + w.Output*float64(max(output, 0))))
 }
 
-// outputEstimate is min(max_tokens, e) (e when max_tokens is absent), where e is the
-// learned p90 output of tenant × model (admission.output_history) or
-// default_output_tokens before it has min_samples.
+// outputEstimate is the output a request reserves: min(max_tokens,
+// admission.max_output_reservation) when it gives max_tokens — what it may generate,
+// so concurrent requests cannot overrun a window by more than one request's overrun
+// past the cap (an estimate below max_tokens let 25 concurrent max_tokens: 300
+// requests charge 3,180 of a 2,000 tokens/min budget) — else e, the learned p90 output
+// of tenant × model (admission.output_history) or default_output_tokens before it has
+// min_samples. Settlement replaces it with the output generated.
 func (a *Admitter) outputEstimate(tenant, model string, maxTokens int) int {
+	if maxTokens > 0 {
+		if c := a.cfg.MaxOutputReservation; c > 0 {
+			return min(maxTokens, c)
+		}
+		return maxTokens
+	}
 	e, ok := a.hist.p90(tenant, model)
 	if !ok {
 		e = a.cfg.DefaultOutputTokens
-	}
-	if maxTokens > 0 {
-		return min(maxTokens, e)
 	}
 	return e
 }

@@ -11,7 +11,7 @@
 //     is ignored and counted), an API key looked up by SHA-256 in admission.api_keys_file;
 //     otherwise Unattributed, or 401 with admission.require_tenant.
 //  2. Reserve, right after router.Pick: the cost w_uncached·uncached prompt +
-//     w_cached·cached prompt + w_output·min(max_tokens, default_output_tokens), from the
+//     w_cached·cached prompt + w_output·(min(max_tokens, max_output_reservation), else the estimate), from the
 //     router's own counts (Ticket.PromptTokens, Ticket.CachedTokens), checked and charged
 //     in one step against the tenant's tokens per minute, requests per minute and
 //     concurrency. A refusal is a 429 *router.Error with Retry-After and OpenAI's
@@ -25,9 +25,11 @@
 //
 // Budgets use fixed windows aligned to the Unix epoch: the minute of
 // tokens_per_minute and requests_per_minute, any token_windows (a 24h one is a UTC
-// day), per tenant and per tenant × model. The output estimate is min(max_tokens,
-// learned p90 output of the tenant × model), default_output_tokens before history
-// (outputHistory: bounded rings, bounded keys).
+// day), per tenant and per tenant × model. A request with max_tokens reserves
+// min(max_tokens, max_output_reservation) output tokens, what it may generate (so a
+// burst cannot overrun a window by more than one request's overrun past the cap);
+// one without reserves the learned p90 output of the tenant × model,
+// default_output_tokens before history (outputHistory: bounded rings, bounded keys).
 //
 // Backends: local keeps budgets in memory under one mutex; redis (redis.go) keeps them
 // in Redis for several replicas, reserve and settle each one Lua script (atomic on the

@@ -1,8 +1,10 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"syscall"
@@ -418,8 +420,10 @@ func TestLearnedOutputEstimate(t *testing.T) {
 // settlements that failed during it are retried until Redis applies them, and a
 // reservation whose reply was lost (Redis runs it when it resumes) is cancelled by its
 // ticket. After the stall, a tenant with max_concurrent 5 gets all 5 slots back, long
-// before ticket_ttl (1 h). Polls with a generous deadline; nothing is timed.
+// before ticket_ttl (1 h). One log line says Redis went down, one that it recovered,
+// however many calls failed between. Polls with a generous deadline; nothing is timed.
 func TestRedisStallLeaksNoSlot(t *testing.T) {
+	logs := captureLog(t)
 	srv := startRedis(t)
 	const prefix = "kvtest:stall:"
 	a, ms := redisAdmitter(t, "redis", srv.Addr, prefix, nil, func(c *config.Admission) {
@@ -487,4 +491,38 @@ func TestRedisStallLeaksNoSlot(t *testing.T) {
 	if _, err := a.Reserve(id, Want{PromptTokens: 10}); !is429(err, "concurrency") {
 		t.Fatalf("6th after the stall: %v", err)
 	}
+	text := logs.String()
+	if d, u := strings.Count(text, "redis budget backend down"), strings.Count(text, "redis budget backend recovered"); d != 1 || u != 1 {
+		t.Fatalf("log lines: %d down, %d recovered, want one each:\n%s", d, u, text)
+	}
+	if !strings.Contains(text, "level=WARN") || !strings.Contains(text, "addr="+srv.Addr) {
+		t.Fatalf("the down line is a warning naming the address:\n%s", text)
+	}
+}
+
+// captureLog sends the default slog logger to a buffer for the test.
+func captureLog(t *testing.T) *lockedBuffer {
+	t.Helper()
+	b := &lockedBuffer{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(b, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return b
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

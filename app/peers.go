@@ -1,7 +1,14 @@
 package app
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"net/http"
+	"os"
+	"strings"
+
+	"github.com/kvroute/kvroute/config"
 
 	"github.com/kvroute/kvroute/peers"
 	"github.com/kvroute/kvroute/workers"
@@ -15,9 +22,14 @@ func (a *App) newPeers() error {
 	if !pc.Enabled() {
 		return nil
 	}
+	auth, err := peersAuth(pc)
+	if err != nil {
+		return err
+	}
 	m, err := peers.New(peers.Options{ID: pc.ID, Router: a.Router, Index: a.Index, Interval: pc.Interval,
 		SilenceTimeout: pc.SilenceTimeout, MaxMessageBytes: pc.MaxMessageBytes, MaxKeysPerWorker: pc.MaxKeysPerWorker,
-		MaxPeers: pc.MaxPeers, Metrics: a.Metrics.Peers, Logger: a.Logger})
+		MaxPeers: pc.MaxPeers, MaxInboundBytes: pc.MaxInboundBytes, Metrics: a.Metrics.Peers, Logger: a.Logger, Auth: auth,
+		Claims: peers.Claims{MaxRequests: pc.MaxRequestsPerWorker, MaxPromptTokens: a.Config.Router.MaxPromptTokens}})
 	if err != nil {
 		return err
 	}
@@ -25,6 +37,45 @@ func (a *App) newPeers() error {
 	a.PeerRegistry.Subscribe(m)
 	a.PeerRegistry.Set(a.staticPeers())
 	return nil
+}
+
+// peersAuth reads the peers token and TLS files (config.Peers): the token from
+// peers.token or peers.token_file, this replica's certificate served and presented,
+// and peers.tls.ca_file verifying peers' certificates both ways (mutual TLS).
+func peersAuth(pc config.Peers) (peers.Auth, error) {
+	auth := peers.Auth{Token: pc.Token}
+	if pc.TokenFile != "" {
+		b, err := os.ReadFile(pc.TokenFile)
+		if err != nil {
+			return auth, fmt.Errorf("peers.token_file: %w", err)
+		}
+		if auth.Token = strings.TrimSpace(string(b)); auth.Token == "" {
+			return auth, fmt.Errorf("peers.token_file: %s is empty", pc.TokenFile)
+		}
+	}
+	t := pc.TLS
+	if t.CertFile == "" {
+		return auth, nil
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return auth, fmt.Errorf("peers.tls.cert_file/key_file: %w", err)
+	}
+	auth.ServerTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	auth.ClientTLS = &tls.Config{Certificates: []tls.Certificate{cert}, ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return auth, fmt.Errorf("peers.tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return auth, fmt.Errorf("peers.tls.ca_file: %s holds no PEM certificate", t.CAFile)
+		}
+		auth.ServerTLS.ClientCAs, auth.ServerTLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		auth.ClientTLS.RootCAs = pool
+	}
+	return auth, nil
 }
 
 func (a *App) staticPeers() []*workers.Worker {

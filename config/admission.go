@@ -47,10 +47,16 @@ type Admission struct {
 	// reward prompts that reuse the KV cache.
 	Weights CostWeights `mapstructure:"weights"`
 	// DefaultOutputTokens is the output estimate of a tenant × model with no output
-	// history yet (OutputHistory): reservation = prompt cost +
-	// w_output·min(max_tokens, estimate), where estimate is the learned p90 output of
-	// the tenant × model, or this default before it has history; tokens.
+	// history yet (OutputHistory): a request without max_tokens reserves prompt cost +
+	// w_output·estimate, where estimate is the learned p90 output of the tenant ×
+	// model, or this default before it has history; tokens.
 	DefaultOutputTokens int `mapstructure:"default_output_tokens"`
+	// MaxOutputReservation caps the output a request with max_tokens (OpenAI
+	// max_completion_tokens / max_tokens, Anthropic max_tokens) reserves: prompt cost +
+	// w_output·min(max_tokens, this). Reserving what the request may generate, not an
+	// estimate, keeps concurrent requests from pushing a window past its limit by more
+	// than one request's overrun; settlement gives back what was not generated. Tokens.
+	MaxOutputReservation int `mapstructure:"max_output_reservation"`
 	// Default are the limits of every tenant not listed in Tenants ("unattributed"
 	// included). 0 = unlimited.
 	Default Limits `mapstructure:"default"`
@@ -113,7 +119,7 @@ const DefaultMetricsMaxTenants = 100
 func defaultAdmission() Admission {
 	return Admission{MetadataNamespace: "envoy.filters.http.jwt_authn", MetadataKey: "jwt_payload", Claim: "sub",
 		TenantHeader: "x-kvroute-tenant", Backend: "local", Weights: CostWeights{Uncached: 1, Cached: 1, Output: 1},
-		DefaultOutputTokens: 1024, MetricsMaxTenants: DefaultMetricsMaxTenants, QueueMax: 10000,
+		DefaultOutputTokens: 1024, MaxOutputReservation: 32768, MetricsMaxTenants: DefaultMetricsMaxTenants, QueueMax: 10000,
 		Redis: defaultRedisBudget(), OutputHistory: OutputHistory{Samples: 64, MinSamples: 8, MaxKeys: 4096}}
 }
 
@@ -167,6 +173,9 @@ func (a Admission) validate() error {
 	}
 	if a.DefaultOutputTokens < 1 {
 		return fieldErr("admission.default_output_tokens", "must be ≥ 1, got %d", a.DefaultOutputTokens)
+	}
+	if a.MaxOutputReservation < 1 {
+		return fieldErr("admission.max_output_reservation", "must be ≥ 1 token, got %d", a.MaxOutputReservation)
 	}
 	if a.MetricsMaxTenants < 0 {
 		return fieldErr("admission.metrics_max_tenants", "must be ≥ 0, got %d", a.MetricsMaxTenants)

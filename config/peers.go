@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"time"
 
 	"github.com/kvroute/kvroute/peers"
@@ -36,8 +38,51 @@ type Peers struct {
 	MaxMessageBytes int `mapstructure:"max_message_bytes"`
 	// MaxKeysPerWorker bounds the block keys per worker in one summary.
 	MaxKeysPerWorker int `mapstructure:"max_keys_per_worker"`
-	// MaxPeers bounds the peer states held (and inbound streams: twice as many).
+	// MaxPeers bounds the peer states held (and inbound streams over every
+	// connection: twice as many; connections: four times as many).
 	MaxPeers int `mapstructure:"max_peers"`
+	// MaxInboundBytes bounds the summaries received, decoded or applied at once over
+	// every connection: max_inbound_bytes / max_message_bytes of them; a stream waits
+	// (reading nothing) for its turn.
+	MaxInboundBytes int `mapstructure:"max_inbound_bytes"`
+	// MaxRequestsPerWorker bounds the requests one peer may claim on one worker; larger
+	// claims are cut to it (and its prefilling / decoding counts, prefill tokens and
+	// writes to what that many requests of router.max_prompt_tokens could hold).
+	MaxRequestsPerWorker int `mapstructure:"max_requests_per_worker"`
+	// Token is a secret shared by every replica: sent on every stream
+	// ("authorization: Bearer TOKEN") and required of every inbound one, compared in
+	// constant time. TokenFile reads it from a file instead (trailing space trimmed).
+	Token     string `mapstructure:"token"`
+	TokenFile string `mapstructure:"token_file"`
+	// TLS serves and dials the exchange over TLS; with CAFile, mutual TLS.
+	TLS PeersTLS `mapstructure:"tls"`
+	// Insecure allows a listen_addr that is not loopback without authentication (no
+	// token, no tls.ca_file). Without it such a configuration does not start: anyone
+	// who reaches the port could steer the routing.
+	Insecure bool `mapstructure:"insecure"`
+}
+
+// PeersTLS configures TLS between replicas. The files are PEM, read at startup.
+type PeersTLS struct {
+	// CertFile and KeyFile are this replica's certificate: served to peers that dial it
+	// and presented to the peers it dials. Set together; they turn TLS on.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+	// CAFile verifies peers' certificates both ways: a dialing peer must present one
+	// it signed (mutual TLS, which authenticates peers), and the peers this replica
+	// dials must serve one ("" = the system roots verify served certificates, and
+	// dialing peers present none).
+	CAFile string `mapstructure:"ca_file"`
+	// ServerName is the name verified in the certificates of the peers this replica
+	// dials ("" = the host of the peer's address; set it when one certificate with a
+	// DNS name serves every replica and peers are dialled by pod IP).
+	ServerName string `mapstructure:"server_name"`
+}
+
+// Authenticated reports whether inbound peers must prove themselves: a shared token
+// or mutual TLS.
+func (p Peers) Authenticated() bool {
+	return p.Token != "" || p.TokenFile != "" || p.TLS.CAFile != ""
 }
 
 // PeersDNS resolves a name whose addresses are the replicas (a headless Service).
@@ -57,7 +102,8 @@ type PeersK8s struct {
 func defaultPeers() Peers {
 	return Peers{RefreshInterval: 10 * time.Second, DNS: PeersDNS{Port: 9004}, Kubernetes: PeersK8s{PortName: "peers"},
 		Interval: peers.DefaultInterval, SilenceTimeout: peers.DefaultSilenceTimeout, MaxMessageBytes: peers.DefaultMaxMessageBytes,
-		MaxKeysPerWorker: peers.DefaultMaxKeysPerWorker, MaxPeers: peers.DefaultMaxPeers}
+		MaxKeysPerWorker: peers.DefaultMaxKeysPerWorker, MaxPeers: peers.DefaultMaxPeers,
+		MaxRequestsPerWorker: peers.DefaultClaims.MaxRequests, MaxInboundBytes: peers.DefaultMaxInboundBytes}
 }
 
 // Enabled reports whether this replica exchanges bookings with peers.
@@ -111,8 +157,47 @@ func (p Peers) validate(ix Index) error {
 		return fieldErr("peers.max_keys_per_worker", "must be ≥ 0, got %d", p.MaxKeysPerWorker)
 	case p.MaxPeers < 1 || p.MaxPeers > 1024:
 		return fieldErr("peers.max_peers", "must be in 1..1024, got %d", p.MaxPeers)
+	case p.MaxInboundBytes < p.MaxMessageBytes || p.MaxInboundBytes > 1<<30:
+		return fieldErr("peers.max_inbound_bytes", "must be in peers.max_message_bytes (%d)..1073741824 bytes, got %d", p.MaxMessageBytes, p.MaxInboundBytes)
+	case p.MaxRequestsPerWorker < 1 || p.MaxRequestsPerWorker > 1<<20:
+		return fieldErr("peers.max_requests_per_worker", "must be in 1..1048576 requests, got %d", p.MaxRequestsPerWorker)
 	case len(p.ID) > 200:
 		return fieldErr("peers.id", "must be at most 200 bytes, got %d", len(p.ID))
 	}
-	return nil
+	return p.validateAuth()
+}
+
+// validateAuth checks the TLS and token keys, and refuses a listen address other
+// hosts can reach without authentication unless peers.insecure says so.
+func (p Peers) validateAuth() error {
+	t := p.TLS
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return fieldErr("peers.tls.cert_file", "cert_file and key_file are set together (got cert %q, key %q)", t.CertFile, t.KeyFile)
+	case t.CAFile != "" && t.CertFile == "":
+		return fieldErr("peers.tls.ca_file", "mutual TLS needs peers.tls.cert_file and key_file too")
+	case t.ServerName != "" && t.CertFile == "":
+		return fieldErr("peers.tls.server_name", "needs peers.tls.cert_file and key_file (TLS)")
+	case p.Token != "" && p.TokenFile != "":
+		return fieldErr("peers.token_file", "set peers.token or peers.token_file, not both")
+	}
+	if p.Authenticated() || p.Insecure || loopbackListen(p.ListenAddr) {
+		return nil
+	}
+	return fieldErr("peers.listen_addr", "%q is reachable from other hosts and peers are not authenticated: anyone who reaches it could steer the routing; "+
+		"set peers.token (or peers.token_file), or peers.tls.cert_file, key_file and ca_file (mutual TLS), or peers.insecure: true to accept any peer", p.ListenAddr)
+}
+
+// loopbackListen reports whether addr ("host:port") listens on loopback only; an empty
+// host or a name other than localhost listens beyond it.
+func loopbackListen(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.IsLoopback()
 }

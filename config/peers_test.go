@@ -46,6 +46,27 @@ func TestPeersValidation(t *testing.T) {
 			c.Peers.ListenAddr, c.Peers.SilenceTimeout = ":9004", 50*time.Millisecond
 		}},
 		{"max peers", "peers.max_peers", "1..1024", func(c *Config) { c.Peers.ListenAddr, c.Peers.MaxPeers = ":9004", 0 }},
+		{"inbound below one message", "peers.max_inbound_bytes", "peers.max_message_bytes", func(c *Config) {
+			c.Peers.ListenAddr, c.Peers.MaxInboundBytes = "127.0.0.1:9004", 1<<20
+		}},
+		{"max requests per worker", "peers.max_requests_per_worker", "1..1048576", func(c *Config) {
+			c.Peers.ListenAddr, c.Peers.MaxRequestsPerWorker = "127.0.0.1:9004", 0
+		}},
+		// Safe by default: a port other hosts reach, with nothing to authenticate peers.
+		{"every interface, no auth", "peers.listen_addr", "peers.insecure: true", func(c *Config) { c.Peers.ListenAddr = ":9004" }},
+		{"pod IP, no auth", "peers.listen_addr", "not authenticated", func(c *Config) { c.Peers.ListenAddr = "10.0.0.7:9004" }},
+		{"TLS without client CA is not authentication", "peers.listen_addr", "not authenticated", func(c *Config) {
+			c.Peers.ListenAddr, c.Peers.TLS.CertFile, c.Peers.TLS.KeyFile = "0.0.0.0:9004", "c.pem", "k.pem"
+		}},
+		{"cert without key", "peers.tls.cert_file", "set together", func(c *Config) {
+			c.Peers.ListenAddr, c.Peers.TLS.CertFile = "127.0.0.1:9004", "c.pem"
+		}},
+		{"ca without cert", "peers.tls.ca_file", "needs peers.tls.cert_file", func(c *Config) {
+			c.Peers.ListenAddr, c.Peers.TLS.CAFile = "127.0.0.1:9004", "ca.pem"
+		}},
+		{"token and token file", "peers.token_file", "not both", func(c *Config) {
+			c.Peers.ListenAddr, c.Peers.Token, c.Peers.TokenFile = ":9004", "s", "/run/secrets/t"
+		}},
 	} {
 		c := Default()
 		tc.mod(&c)
@@ -54,9 +75,24 @@ func TestPeersValidation(t *testing.T) {
 			t.Errorf("%s: got %v, want %s: …%s…", tc.name, err, tc.key, tc.says)
 		}
 	}
-	c := Default()
-	c.Peers.ListenAddr, c.Peers.Static = ":9004", []string{"kvroute-1.kvroute:9004"}
-	if err := c.Validate(); err != nil {
-		t.Fatalf("valid peers config refused: %v", err)
+	for name, mod := range map[string]func(*Peers){
+		"token":      func(p *Peers) { p.Token = "s3cret" },
+		"token file": func(p *Peers) { p.TokenFile = "/run/secrets/peers-token" },
+		"mutual TLS": func(p *Peers) { p.TLS = PeersTLS{CertFile: "c.pem", KeyFile: "k.pem", CAFile: "ca.pem"} },
+		"insecure":   func(p *Peers) { p.Insecure = true },
+	} {
+		c := Default()
+		c.Peers.ListenAddr, c.Peers.Static = ":9004", []string{"kvroute-1.kvroute:9004"}
+		mod(&c.Peers)
+		if err := c.Validate(); err != nil {
+			t.Errorf("valid peers config (%s) refused: %v", name, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:9004", "[::1]:9004", "localhost:9004"} {
+		c := Default()
+		c.Peers.ListenAddr = addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("loopback %s without authentication refused: %v", addr, err)
+		}
 	}
 }

@@ -435,5 +435,5 @@ func (st *stream) parse(body []byte, complete bool) (*request.Request, error) {
 	if len(body) > 0 {
 		st.s.m.RequestBodySize.Observe(float64(len(body)))
 	}
-	return request.Parse(st.api, body)
+	return request.ParseBounded(st.api, body, st.s.opt.Router.MaxPromptIDs())
 }

@@ -24,6 +24,12 @@ type Peers struct {
 	Dropped *prometheus.CounterVec // reason
 	// Expired counts peer states dropped, by reason (silent, stream_ended).
 	Expired *prometheus.CounterVec // reason
+	// Clamped counts worker entries of applied summaries whose claims were cut to
+	// peers.max_requests_per_worker and the bounds derived from it.
+	Clamped prometheus.Counter
+	// InboundBytes is the size of the summaries being decoded or applied now, over
+	// every connection (at most peers.max_inbound_bytes).
+	InboundBytes prometheus.Gauge
 }
 
 func newPeers(reg prometheus.Registerer) *Peers {
@@ -42,8 +48,12 @@ func newPeers(reg prometheus.Registerer) *Peers {
 		KeysImported: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "imported_keys_total", Help: "Block keys being prefilled by peer replicas imported as speculative index entries."})),
 		Dropped: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "dropped_total", Help: "Peer summaries not applied, by reason (malformed, stale, self, too_many_peers)."}, []string{"reason"})),
+			Name: "dropped_total", Help: "Peer summaries or streams not applied, by reason (malformed, stale, self, too_many_peers, unauthenticated, unknown_peer, busy)."}, []string{"reason"})),
 		Expired: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "expired_total", Help: "Peer states dropped with their bookings and imported entries, by reason (silent, stream_ended)."}, []string{"reason"})),
+		InboundBytes: must(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "inbound_bytes", Help: "Bytes of peer summaries being decoded or applied now, over every connection (bounded by peers.max_inbound_bytes)."})),
+		Clamped: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "clamped_total", Help: "Worker entries of peer summaries whose claimed bookings, prefill tokens, writes or times were cut to what a real replica could hold (peers.max_requests_per_worker)."})),
 	}
 }

@@ -67,8 +67,10 @@
 //
 // The gRPC server bounds a message's size before reading it (MaxMessageBytes); the
 // decoder checks every count against its limit (MaxWorkers, MaxKeysPerWorker,
-// MaxEventsPerWorker, 253-byte names) and against the bytes left before allocating; at most MaxPeers peer states
-// and 2×MaxPeers inbound streams are held. A malformed summary ends its stream
+// MaxEventsPerWorker, 253-byte names) and against the bytes left before allocating; at most MaxPeers peer states,
+// 2×MaxPeers inbound streams and 4×MaxPeers connections are held over every connection, and
+// MaxInboundBytes of summaries are received, decoded or applied at once (inbound.go). Every
+// claim is cut to what a replica could hold (Claims), and streams authenticate (Auth). A malformed summary ends its stream
 // (InvalidArgument) and drops that peer's state; the sender reconnects with backoff.
 // A sender whose summary would exceed MaxMessageBytes halves its key lists until it fits.
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ const (
 	DefaultMaxWorkers       = 4096
 	DefaultMaxKeysPerWorker = 16384
 	DefaultMaxPeers         = 64
+	DefaultMaxInboundBytes  = 32 << 20
 	maxNameBytes            = 253 // a DNS name
 )
 
@@ -41,6 +43,7 @@ const (
 	DropStale        = "stale"
 	DropSelf         = "self"
 	DropTooManyPeers = "too_many_peers"
+	DropBusy         = "busy" // a stream or connection past the inbound bounds (inbound.go)
 	ExpireSilent     = "silent"
 	ExpireStream     = "stream_ended"
 )
@@ -72,13 +75,23 @@ type Options struct {
 	// nothing arrived from it for this long; a summary is re-sent at least every
 	// SilenceTimeout/3 while nothing changes.
 	SilenceTimeout   time.Duration
-	MaxMessageBytes  int            // one summary, bytes (received: grpc.MaxRecvMsgSize; sent: keys are cut to fit)
-	MaxWorkers       int            // workers per summary
-	MaxKeysPerWorker int            // block keys per worker per summary
-	MaxPeers         int            // peer states held (and concurrent inbound streams)
-	Metrics          *metrics.Peers // nil: an unregistered set
-	Logger           *slog.Logger
-	Now              func() time.Time
+	MaxMessageBytes  int // one summary, bytes (received: grpc.MaxRecvMsgSize; sent: keys are cut to fit)
+	MaxWorkers       int // workers per summary
+	MaxKeysPerWorker int // block keys per worker per summary
+	MaxPeers         int // peer states held (inbound streams: twice as many; connections: inbound.go)
+	// MaxInboundBytes bounds the summaries received, decoded or applied at once over
+	// every connection: MaxInboundBytes/MaxMessageBytes of them (at least one;
+	// inbound.go). 0 = DefaultMaxInboundBytes.
+	MaxInboundBytes int
+	// Auth authenticates the exchange both ways (zero: none; peers are then admitted
+	// only from a target's address).
+	Auth Auth
+	// Claims bounds what one peer may claim on one worker (Claims; zero fields take
+	// DefaultClaims').
+	Claims  Claims
+	Metrics *metrics.Peers // nil: an unregistered set
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Manager exchanges booking summaries with peer replicas: it streams this replica's
@@ -88,8 +101,12 @@ type Manager struct {
 	o           Options
 	incarnation uint64
 	lim         Limits
+	in          *inbound
 
 	cur atomic.Pointer[built] // the latest summary, encoded
+
+	dirty chan struct{} // one slot: the peers' state changed since the last publish
+	pubMu sync.Mutex    // serializes publish; taken before mu
 
 	mu      sync.Mutex // guards everything below; never taken on the request path
 	peers   map[string]*peerState
@@ -175,10 +192,14 @@ func (im *KeyImport) Update(ix Index, worker string, keys []kvindex.Key) int {
 	}
 	clear(im.bookings[len(kept):])
 	im.bookings = kept
-	if len(fresh) > 0 {
-		if b := ix.Book(worker, fresh); b.Len() > 0 {
+	// In batches: each Book holds the worker's index lock (which the expiry sweep and
+	// the KV event path take too) for one batch only.
+	for rest := fresh; len(rest) > 0; {
+		n := min(len(rest), bookBatch)
+		if b := ix.Book(worker, rest[:n]); b.Len() > 0 {
 			im.bookings = append(im.bookings, b)
 		}
+		rest = rest[n:]
 	}
 	return len(fresh)
 }
@@ -216,6 +237,10 @@ func New(o Options) (*Manager, error) {
 	if o.MaxPeers <= 0 {
 		o.MaxPeers = DefaultMaxPeers
 	}
+	if o.MaxInboundBytes <= 0 {
+		o.MaxInboundBytes = DefaultMaxInboundBytes
+	}
+	o.Claims = o.Claims.withDefaults()
 	if o.Metrics == nil {
 		o.Metrics = metrics.NewUnregistered().Peers
 	}
@@ -232,6 +257,7 @@ func New(o Options) (*Manager, error) {
 		return nil, fmt.Errorf("peers: id %q longer than %d bytes", o.ID, maxNameBytes)
 	}
 	m := &Manager{o: o, incarnation: rand.Uint64() | 1, peers: map[string]*peerState{}, targets: map[string]*target{},
+		in: newInbound(o.MaxInboundBytes / o.MaxMessageBytes), dirty: make(chan struct{}, 1),
 		lim: Limits{MaxWorkers: o.MaxWorkers, MaxKeysPerWorker: o.MaxKeysPerWorker, MaxNameBytes: maxNameBytes}}
 	m.cur.Store(&built{changed: make(chan struct{})})
 	return m, nil
@@ -250,6 +276,11 @@ func (m *Manager) WorkerAdded(w *workers.Worker) {
 		return
 	}
 	t := &target{addr: w.Address}
+	if host, _, err := net.SplitHostPort(w.Address); err == nil {
+		if ip, err := netip.ParseAddr(host); err == nil {
+			t.ips.Store(&[]netip.Addr{ip.Unmap()}) // known at once; names resolve at each dial
+		}
+	}
 	m.targets[w.Address] = t
 	if m.runCtx != nil {
 		m.startLocked(t)
@@ -283,15 +314,22 @@ func (m *Manager) startLocked(t *target) {
 // and expires silent peers, until ctx is cancelled. It returns after every goroutine
 // it started has ended.
 func (m *Manager) Run(ctx context.Context, ln net.Listener) error {
-	srv := grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.MaxRecvMsgSize(m.o.MaxMessageBytes),
-		grpc.MaxConcurrentStreams(uint32(2*m.o.MaxPeers)),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+	srv := grpc.NewServer(append(m.serverOptions(), grpc.ForceServerCodec(codec{}), grpc.MaxRecvMsgSize(m.o.MaxMessageBytes),
+		grpc.MaxConcurrentStreams(uint32(2*m.o.MaxPeers)), grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleConnTimeout}))...)
+	ln = &limitListener{Listener: ln, max: int64(maxConnsPerPeer * m.o.MaxPeers), onDrop: func() { m.o.Metrics.Dropped.WithLabelValues(DropBusy).Inc() }}
 	srv.RegisterService(&serviceDesc, m)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.publishLoop(ctx)
+	}()
 	m.mu.Lock()
 	m.runCtx = ctx
 	for _, t := range m.targets {
@@ -344,13 +382,7 @@ loop:
 	cancel()
 	srv.Stop() // ends inbound streams: their peers' states are dropped
 	m.wg.Wait()
-	m.mu.Lock()
-	for id, p := range m.peers {
-		m.dropLocked(p, "")
-		delete(m.peers, id)
-	}
-	m.publishLocked()
-	m.mu.Unlock()
+	m.dropAll()
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return err
 	}
@@ -401,6 +433,10 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 	p := m.peers[s.Replica]
 	switch {
 	case p == nil:
+		if !m.knownLocked(remote) {
+			m.o.Metrics.Dropped.WithLabelValues(DropUnknownPeer).Inc()
+			return status.Errorf(codes.PermissionDenied, "peers: %s is not a known peer address and peers are not authenticated (peers.token, peers.tls)", remote)
+		}
 		if len(m.peers) >= m.o.MaxPeers {
 			m.o.Metrics.Dropped.WithLabelValues(DropTooManyPeers).Inc()
 			return status.Errorf(codes.ResourceExhausted, "peers: already %d peers (peers.max_peers)", m.o.MaxPeers)
@@ -418,6 +454,7 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 	p.msgs++
 	p.bytes += uint64(n)
 	p.total = scoring.Booked{}
+	clampSent(s, now)
 	seen := make(map[string]bool, len(s.Workers))
 	for i := range s.Workers {
 		ws := &s.Workers[i]
@@ -425,6 +462,9 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 			continue
 		}
 		seen[ws.Worker] = true
+		if m.o.Claims.clamp(ws, s.Sent) {
+			m.o.Metrics.Clamped.Inc()
+		}
 		im := p.workers[ws.Worker]
 		if im == nil {
 			im = &imported{}
@@ -443,7 +483,7 @@ func (m *Manager) apply(s *Summary, gen uint64, remote string, n int) error {
 			delete(p.workers, name)
 		}
 	}
-	m.publishLocked()
+	m.markDirty()
 	return nil
 }
 
@@ -489,14 +529,54 @@ func (m *Manager) expire(now time.Time) {
 		m.o.Metrics.StateAge.WithLabelValues(id).Set(age.Seconds())
 	}
 	if changed {
-		m.publishLocked()
+		m.markDirty()
 	}
 }
 
-// publishLocked hands the sum of every peer's bookings per worker to the router.
-func (m *Manager) publishLocked() {
+// dropAll drops every peer's state (its bookings and imported entries) and publishes.
+func (m *Manager) dropAll() {
+	m.mu.Lock()
+	for id, p := range m.peers {
+		m.dropLocked(p, "")
+		delete(m.peers, id)
+	}
+	m.mu.Unlock()
+	m.publish()
+}
+
+// markDirty asks the publisher to hand the peers' bookings to the router. One-slot,
+// non-blocking: any number of applies while a publish runs cost one more publish, not
+// one each (each is O(peers × workers), and the router's duplicate count O(keys)).
+// Caller may hold m.mu.
+func (m *Manager) markDirty() {
+	select {
+	case m.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// publishLoop publishes after every markDirty, coalesced, until ctx ends.
+func (m *Manager) publishLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.dirty:
+			m.publish()
+		}
+	}
+}
+
+// publish hands the sum of every peer's bookings per worker to the router. The sum
+// is built under m.mu (the reported slices are replaced, never modified, by later
+// summaries, so they are shared, not copied) and handed over outside it; pubMu keeps
+// publishes in order, so the router ends with the latest.
+func (m *Manager) publish() {
+	m.pubMu.Lock()
+	defer m.pubMu.Unlock()
 	sum := map[string]router.PeerWorker{}
 	total := 0
+	m.mu.Lock()
 	for _, p := range m.peers {
 		for name, im := range p.workers {
 			b := sum[name]
@@ -505,7 +585,9 @@ func (m *Manager) publishLocked() {
 			total += im.booked.Requests
 		}
 	}
+	live := len(m.peers)
+	m.mu.Unlock()
 	m.o.Router.SetPeerBookings(sum)
-	m.o.Metrics.Live.Set(float64(len(m.peers)))
+	m.o.Metrics.Live.Set(float64(live))
 	m.o.Metrics.BookingsImported.Set(float64(total))
 }

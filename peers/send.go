@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
@@ -47,8 +47,9 @@ func (m *Manager) sendLoop(ctx context.Context, t *target) {
 }
 
 func (m *Manager) sendStream(ctx context.Context, t *target) (sentAny bool, err error) {
-	cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: m.o.SilenceTimeout, PermitWithoutStream: true}))
+	t.resolve(ctx)
+	cc, err := grpc.NewClient(t.addr, append(m.dialOptions(),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: m.o.SilenceTimeout, PermitWithoutStream: true}))...)
 	if err != nil {
 		return false, err
 	}
@@ -103,39 +104,66 @@ func (m *Manager) exchange(stream grpc.ServerStream) error {
 	if p, ok := peerAddr(stream.Context()); ok {
 		remote = p
 	}
-	var id string
-	f := &frame{}
-	for {
-		err := stream.RecvMsg(f)
-		if err != nil {
-			if id != "" {
-				m.streamEnded(id, gen)
-			}
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		m.recv.Add(uint64(len(f.b)))
-		m.o.Metrics.BytesReceived.Add(float64(len(f.b)))
-		s, err := decode(f.b, m.lim)
-		if err != nil {
-			m.o.Metrics.Dropped.WithLabelValues(DropMalformed).Inc()
-			if id != "" {
-				m.streamEnded(id, gen)
-			}
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		if id != "" && s.Replica != id {
-			m.o.Metrics.Dropped.WithLabelValues(DropMalformed).Inc()
-			m.streamEnded(id, gen)
-			return status.Error(codes.InvalidArgument, "peers: replica id changed within a stream")
-		}
-		id = s.Replica
-		if err := m.apply(s, gen, remote, len(f.b)); err != nil {
-			return err
-		}
+	if n := m.in.streams.Add(1); n > int64(2*m.o.MaxPeers) {
+		m.in.streams.Add(-1)
+		m.o.Metrics.Dropped.WithLabelValues(DropBusy).Inc()
+		return status.Errorf(codes.ResourceExhausted, "peers: already %d inbound streams (2 × peers.max_peers)", n-1)
 	}
+	defer m.in.streams.Add(-1)
+	var id string
+	for {
+		s, n, err := m.receive(stream)
+		if err == nil && id != "" && s.Replica != id {
+			m.o.Metrics.Dropped.WithLabelValues(DropMalformed).Inc()
+			err = status.Error(codes.InvalidArgument, "peers: replica id changed within a stream")
+		}
+		if err == nil {
+			id = s.Replica
+			err = m.apply(s, gen, remote, n)
+			m.in.bytes.Add(-int64(n))
+			m.o.Metrics.InboundBytes.Set(float64(m.in.bytes.Load()))
+			m.in.release()
+			if err == nil {
+				continue
+			}
+			return err // apply refused this peer; it held no state from this stream
+		}
+		if id != "" {
+			m.streamEnded(id, gen)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+}
+
+// receive takes an inbound slot, reads and decodes one summary. On success the slot is
+// still held (the caller applies the summary, then releases it) and n is its size; on
+// an error it is released.
+func (m *Manager) receive(stream grpc.ServerStream) (s *Summary, n int, err error) {
+	if !m.in.acquire(stream.Context()) {
+		return nil, 0, stream.Context().Err()
+	}
+	f := &frame{}
+	if err := stream.RecvMsg(f); err != nil {
+		m.in.release()
+		return nil, 0, err
+	}
+	n = len(f.b)
+	m.in.bytes.Add(int64(n))
+	m.o.Metrics.InboundBytes.Set(float64(m.in.bytes.Load()))
+	m.recv.Add(uint64(n))
+	m.o.Metrics.BytesReceived.Add(float64(n))
+	s, err = decode(f.b, m.lim)
+	if err != nil {
+		m.in.bytes.Add(-int64(n))
+		m.o.Metrics.InboundBytes.Set(float64(m.in.bytes.Load()))
+		m.in.release()
+		m.o.Metrics.Dropped.WithLabelValues(DropMalformed).Inc()
+		return nil, 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return s, n, nil
 }
 
 func (m *Manager) streamEnded(id string, gen uint64) {
@@ -144,7 +172,7 @@ func (m *Manager) streamEnded(id string, gen uint64) {
 	if p := m.peers[id]; p != nil && p.stream == gen {
 		m.dropLocked(p, ExpireStream)
 		delete(m.peers, id)
-		m.publishLocked()
+		m.markDirty()
 	}
 }
 
@@ -155,4 +183,5 @@ type target struct {
 	self      atomic.Bool
 	msgs      atomic.Uint64
 	lastErr   atomic.Pointer[string]
+	ips       atomic.Pointer[[]netip.Addr] // the host's addresses at the last dial (knownLocked)
 }

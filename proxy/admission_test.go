@@ -131,15 +131,7 @@ func TestSpoofedTenantHeaderFromUntrustedPeerNotAttributed(t *testing.T) {
 // with usage on the usage; a tenant over its budget gets 429 with x-ratelimit-* headers,
 // in Anthropic's shape on /v1/messages.
 func TestProxyBudgetSettleAndRefuse(t *testing.T) {
-	keys := t.TempDir() + "/keys"
-	h := admission.KeyHash("sk-a")
-	line := ""
-	for _, b := range h {
-		line += string("0123456789abcdef"[b>>4]) + string("0123456789abcdef"[b&15])
-	}
-	if err := writeFile(keys, line+" alpha\n"); err != nil {
-		t.Fatal(err)
-	}
+	keys := apiKeyFile(t, "sk-a", "alpha")
 	srv, adm, ms := admissionProxy(t, func(c *config.Admission) {
 		c.Identity = []string{"api_key"}
 		c.APIKeysFile = keys

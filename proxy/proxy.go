@@ -222,6 +222,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "Content-Type must be application/json"})
 		return
 	}
+	// Authentication first, from the headers: a client without a valid identity gets
+	// its 401 before its body is read or parsed.
+	id, err := h.opt.Admission.Identify(admission.Input{Header: r.Header.Get, Peer: peerAddr(r)})
+	if err != nil {
+		route.Fail("request refused")
+		h.writeError(rec, api, err)
+		return
+	}
 	limit := h.opt.Config.MaxBodyBytes
 	if r.ContentLength > int64(limit) {
 		h.refuseOversize(rec, r, limit)
@@ -239,7 +247,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(rec, api, err)
 		return
 	}
-	req, err := request.Parse(api, body)
+	req, err := request.ParseBounded(api, body, h.opt.Router.MaxPromptIDs())
 	span.End()
 	if err != nil {
 		route.Fail("request refused")
@@ -247,12 +255,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route.Set(tracing.Model(req.Model))
-	id, err := h.opt.Admission.Identify(admission.Input{Header: r.Header.Get, Peer: peerAddr(r)})
-	if err != nil {
-		route.Fail("request refused")
-		h.writeError(rec, api, err)
-		return
-	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
 	// (unless passive health is off) and the request, of which nothing was sent, is

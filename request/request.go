@@ -118,6 +118,23 @@ func AsError(err error) (*Error, bool) {
 // For APIOther it returns a Request with only Model filled when the body is a JSON
 // object with a "model" string, and never fails.
 func Parse(api API, body []byte) (*Request, error) {
+	return ParseBounded(api, body, DefaultMaxArrayElements)
+}
+
+// DefaultMaxArrayElements is Parse's bound on the elements of any one array in a body
+// (a token-id prompt, messages, a list of prompts): 2^20, above the longest context of
+// served models (1 M tokens), so that no valid request is refused.
+const DefaultMaxArrayElements = 1 << 20
+
+// ParseBounded is Parse refusing a body with an array of more than maxElems elements
+// (0 = DefaultMaxArrayElements) while it is parsed, before that array is built: a
+// token-id prompt longer than the caller's bound (router.max_prompt_tokens, the
+// longest models[].max_model_len) is a 400 that allocated at most maxElems elements,
+// not a 7 M-element tree (~80 bytes per id) refused after the fact.
+func ParseBounded(api API, body []byte, maxElems int) (*Request, error) {
+	if maxElems <= 0 {
+		maxElems = DefaultMaxArrayElements
+	}
 	if api == APIOther {
 		r := &Request{API: APIOther}
 		if len(body) > 0 {
@@ -132,8 +149,12 @@ func Parse(api API, body []byte) (*Request, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, ErrEmptyBody
 	}
-	root, err := jsonvalue.ParseValue(body)
+	root, err := jsonvalue.ParseValueLimit(body, maxElems)
 	if err != nil {
+		var le *jsonvalue.LimitError
+		if errors.As(err, &le) {
+			return nil, invalid("", "request body has an array of more than %d elements (at byte %d): a prompt of token ids is at most the model's context length", le.Max, le.Offset)
+		}
 		var se *jsonvalue.SyntaxError
 		if errors.As(err, &se) {
 			return nil, invalid("", "request body is not valid JSON: %s (at byte %d)", se.Msg, se.Offset)

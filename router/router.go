@@ -200,3 +200,15 @@ func (r *Router) Registry() *workers.Registry { return r.opt.Registry }
 
 // Policy returns the scoring policy in use.
 func (r *Router) Policy() scoring.Policy { return r.opt.Policy }
+
+// MaxPromptIDs is the longest token-id prompt a request may carry: the longest
+// Model.MaxModelLen, or Options.MaxPromptTokens when larger (vLLM rejects a prompt
+// past its model's context length). The fronts bound the body's arrays by it while
+// parsing (request.ParseBounded), so a longer one is refused before it is built.
+func (r *Router) MaxPromptIDs() int {
+	n := r.opt.MaxPromptTokens
+	for _, md := range r.models {
+		n = max(n, md.MaxModelLen)
+	}
+	return n
+}

@@ -158,13 +158,28 @@ func queueTokens(o *Options, in *Input, c *Candidate, v workerView) float64 {
 	return q
 }
 
+// MaxPredictedTerm bounds each term of a Prediction (Overhead, Prefill, Queue), so a
+// TTFT is at most 3 × MaxPredictedTerm and never overflows.
+const MaxPredictedTerm = 24 * time.Hour
+
 // predict turns features and factors into a Prediction.
 func predict(f Features, theta *[NumTerms]float64) Prediction {
 	var t [NumTerms]float64
 	for i := range t {
 		t[i] = theta[i] * f[i]
 	}
-	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	sec := func(s float64) time.Duration {
+		// Saturating: a term past ±MaxPredictedTerm (an absurd load, a claim no worker
+		// could hold) is that bound, never an int64 overflow that turns a huge delay
+		// into a large negative one; NaN counts as the bound too.
+		switch {
+		case s >= MaxPredictedTerm.Seconds() || s != s:
+			return MaxPredictedTerm
+		case s <= -MaxPredictedTerm.Seconds():
+			return -MaxPredictedTerm
+		}
+		return time.Duration(s * float64(time.Second))
+	}
 	p := Prediction{Overhead: sec(t[TermOverhead]), Prefill: sec(t[TermPrefill] + t[TermLowerTier]),
 		Queue: sec(t[TermQueue] + t[TermDecode]), Features: f}
 	p.TTFT = p.Overhead + p.Prefill + p.Queue

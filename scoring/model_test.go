@@ -147,3 +147,36 @@ func TestPeerWritesBreakTies(t *testing.T) {
 		t.Fatalf("own writes to a: %v, want 0", w)
 	}
 }
+
+// Extreme inputs in every term (a peer's claim of 2^39 bookings, a scrape gone wild, a
+// huge prompt) saturate the prediction: finite, positive, never an int64 overflow that
+// turns a huge delay negative and draws every request to that worker.
+func TestPredictionSaturates(t *testing.T) {
+	p := NewPredictor(Options{Rand: seeded(1)}, true)
+	const huge = 1 << 39
+	normal := p.Predict(input(4096), ptr(cand("b", 0, 5000)))
+	for name, mod := range map[string]func(in *Input, c *Candidate){
+		"prompt": func(in *Input, c *Candidate) { in.PromptTokens = huge },
+		"booked prefill": func(in *Input, c *Candidate) {
+			c.Booked = Booked{Requests: huge, Prefilling: huge, PrefillTokens: huge}
+		},
+		"booked decode": func(in *Input, c *Candidate) { c.Booked = Booked{Requests: huge, Decoding: huge} },
+		"unsized":       func(in *Input, c *Candidate) { c.Booked = Booked{Requests: huge, Prefilling: huge, Unsized: huge} },
+		"scraped load": func(in *Input, c *Candidate) {
+			c.Load = workers.Load{Waiting: 1e300, Running: 1e300, ScrapedAt: in.Now}
+		},
+		"everything": func(in *Input, c *Candidate) {
+			in.PromptTokens = huge
+			c.Booked = Booked{Requests: huge, Prefilling: huge, PrefillTokens: huge, Decoding: huge, Unsized: huge}
+			c.Load = workers.Load{Waiting: 1e300, Running: 1e300, ScrapedAt: in.Now}
+		},
+	} {
+		in, c := input(4096), cand("a", 0, 0)
+		mod(in, &c)
+		got := p.Predict(in, &c)
+		if got.TTFT <= normal.TTFT || got.TTFT > 3*MaxPredictedTerm || got.Queue < 0 || got.Prefill < 0 {
+			t.Errorf("%s: TTFT %v (queue %v prefill %v): want above a normal worker's %v and at most 3 × %v",
+				name, got.TTFT, got.Queue, got.Prefill, normal.TTFT, MaxPredictedTerm)
+		}
+	}
+}

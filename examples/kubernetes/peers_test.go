@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -21,6 +22,28 @@ func TestReplicasPeersAndDisruptionBudget(t *testing.T) {
 	}
 	if !cfg.Peers.Enabled() || cfg.Peers.Discovery != "kubernetes" {
 		t.Fatalf("peers: %+v, want listen_addr and discovery kubernetes", cfg.Peers)
+	}
+	// The peers port listens on every interface: peers must authenticate, with the
+	// token file mounted from a Secret (config.Load already refused the file otherwise).
+	if !cfg.Peers.Authenticated() || cfg.Peers.Insecure {
+		t.Fatalf("peers listen on %q without authentication (token %v, insecure %v)", cfg.Peers.ListenAddr, cfg.Peers.TokenFile != "", cfg.Peers.Insecure)
+	}
+	if tf := cfg.Peers.TokenFile; tf != "" {
+		c := d.Spec.Template.Spec.Containers[0]
+		var vol string
+		for _, m := range c.VolumeMounts {
+			if filepath.Dir(tf) == filepath.Clean(m.MountPath) {
+				vol = m.Name
+			}
+		}
+		i := slices.IndexFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+		if i < 0 || d.Spec.Template.Spec.Volumes[i].Secret == nil {
+			t.Fatalf("peers.token_file %s is not in a mounted Secret volume", tf)
+		}
+		sv := d.Spec.Template.Spec.Volumes[i].Secret
+		if !slices.ContainsFunc(sv.Items, func(k corev1.KeyToPath) bool { return k.Path == filepath.Base(tf) }) {
+			t.Errorf("Secret %s mounts no %s", sv.SecretName, filepath.Base(tf))
+		}
 	}
 	if cfg.Index.BindEndpoint != "" {
 		t.Error("index.bind_endpoint with several replicas: only one would receive KV events")

@@ -15,6 +15,10 @@ type parser struct {
 	s     string // b as a string: unescaped strings are substrings of it
 	i     int
 	stack []Member // members of the containers being parsed
+	// maxElems bounds the elements of one array (0 = none), checked before each
+	// element is added: a 14 MB array of 7 M token ids would otherwise become 7 M
+	// Members (~80 bytes each) before any field is read.
+	maxElems int
 }
 
 func (p *parser) array(depth int) (Value, error) {
@@ -29,6 +33,9 @@ func (p *parser) array(depth int) (Value, error) {
 		v, err := p.value(depth + 1)
 		if err != nil {
 			return Value{}, err
+		}
+		if p.maxElems > 0 && len(p.stack)-base >= p.maxElems {
+			return Value{}, &LimitError{Max: p.maxElems, Offset: int64(p.i)}
 		}
 		p.stack = append(p.stack, Member{Value: v})
 		p.ws()
@@ -458,8 +465,13 @@ func (p *parser) ws() {
 // Cost: one allocation per array or object and one per string with escapes;
 // allocations grow with the number of values, not with their bytes, and no byte of the
 // body is copied for unescaped text.
-func ParseValue(data []byte) (Value, error) {
-	p := parser{b: data}
+func ParseValue(data []byte) (Value, error) { return ParseValueLimit(data, 0) }
+
+// ParseValueLimit is ParseValue refusing, with a *LimitError, an array of more than
+// maxElems elements (0 = no bound) as soon as its element maxElems+1 is read: what it
+// allocated is bounded by maxElems elements per array, not by the body.
+func ParseValueLimit(data []byte, maxElems int) (Value, error) {
+	p := parser{b: data, maxElems: maxElems}
 	p.s = unsafe.String(unsafe.SliceData(data), len(data))
 	p.ws()
 	v, err := p.value(0)
@@ -481,6 +493,16 @@ type SyntaxError struct {
 }
 
 func (e *SyntaxError) Error() string { return e.Msg }
+
+// LimitError is an array longer than ParseValueLimit's bound.
+type LimitError struct {
+	Max    int
+	Offset int64 // byte offset where the extra element ends
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("an array has more than %d elements (at byte %d)", e.Max, e.Offset)
+}
 
 // MaxDepth bounds the nesting of arrays and objects (encoding/json's limit).
 const MaxDepth = 10000
