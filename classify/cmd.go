@@ -31,6 +31,8 @@ func Command(args []string, stdout, stderr io.Writer) int {
 		err = cmdTrain(args[1:], stdout, stderr)
 	case "eval":
 		err = cmdEval(args[1:], stdout, stderr)
+	case "pii":
+		err = cmdPII(args[1:], stdout, stderr)
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, cmdUsage)
 		return 0
@@ -97,6 +99,7 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	epochs := fs.Int("epochs", def.Epochs, "passes over the data")
 	lr := fs.Float64("lr", def.LearningRate, "initial SGD learning rate (decays linearly to 0)")
 	l2 := fs.Float64("l2", def.L2, "weight decay per step on touched weights")
+	balanced := fs.Bool("balanced", def.Balanced, "weigh rows by the inverse frequency of their label")
 	seed := fs.Uint64("seed", def.Seed, "shuffle seed")
 	bits := fs.Uint8("bits", def.Features.Bits, "log2 of the hashed feature space")
 	ngrams := fs.Int("word-ngrams", def.Features.WordNgrams, "1: words; 2: words and word bigrams")
@@ -112,7 +115,7 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	if *folds == 1 || *folds < 0 || *folds > 20 {
 		return usageError{fmt.Errorf("--folds %d, want 0 or 2..20", *folds)}
 	}
-	opt := TrainOptions{Epochs: *epochs, LearningRate: *lr, L2: *l2, Seed: *seed,
+	opt := TrainOptions{Epochs: *epochs, LearningRate: *lr, L2: *l2, Seed: *seed, Balanced: *balanced,
 		Features: Features{Bits: *bits, WordNgrams: *ngrams, CharMin: *cmin, CharMax: *cmax, WindowBytes: *window}}
 	if err := opt.Features.validate(); err != nil {
 		return usageError{err}
