@@ -32,8 +32,8 @@ func TestFindPIIValidatesEachType(t *testing.T) {
 		{"on 2024-01-15", ""},
 		{"exchange 415-155-2671", ""}, // exchange code starts with 1
 		{"card 4111 1111 1111 1111 ok", "credit_card:4111 1111 1111 1111"},
-		{"card 4111111111111112", ""},     // Luhn fails
-		{"card 1234567812345670", ""},     // Luhn passes, no issuer prefix
+		{"card 4111111111111112", ""}, // Luhn fails
+		{"card 1234567812345670", ""}, // Luhn passes, no issuer prefix
 		{"amex 378282246310005.", "credit_card:378282246310005"},
 		{"IBAN DE89 3704 0044 0532 0130 00 AND MORE", "iban:DE89 3704 0044 0532 0130 00"},
 		{"IBAN GB82WEST12345698765432", "iban:GB82WEST12345698765432"},
