@@ -6,42 +6,17 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/jsonvalue"
+	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 )
 
-// RuleSpec is one classification rule as configured. Every match field that is set must
-// hold (an empty field matches anything); the first rule that matches decides.
-type RuleSpec struct {
-	Name string `mapstructure:"name" json:"name"`
-
-	// Labels matches when the linear classifier's label is one of them with at least
-	// MinConfidence (0..1).
-	Labels        []string `mapstructure:"labels" json:"labels,omitempty"`
-	MinConfidence float64  `mapstructure:"min_confidence" json:"min_confidence,omitempty"`
-	// PII matches when the text holds a span of one of these types (PIITypes; "any").
-	PII []string `mapstructure:"pii" json:"pii,omitempty"`
-	// Paths, Models and Tenants match the request path, the body's model and the
-	// admitted tenant exactly.
-	Paths   []string `mapstructure:"paths" json:"paths,omitempty"`
-	Models  []string `mapstructure:"models" json:"models,omitempty"`
-	Tenants []string `mapstructure:"tenants" json:"tenants,omitempty"`
-	// Header is "name" (present) or "name=value" (equal).
-	Header string `mapstructure:"header" json:"header,omitempty"`
-	// Regex is an RE2 expression searched in the text (Over).
-	Regex string `mapstructure:"regex" json:"regex,omitempty"`
-	// Over names the text that Labels, PII and Regex read: "last_user" (default), "system"
-	// or "both" (system prompt, then last user message).
-	Over string `mapstructure:"over" json:"over,omitempty"`
-
-	// Actions. Refuse answers 403 in the request's API shape; Model rewrites the model
-	// (a pool served under another name); Class sets the QoS class; Tag adds the
-	// x-kvroute-classification header (rule name and label) upstream.
-	Refuse bool   `mapstructure:"refuse" json:"refuse,omitempty"`
-	Model  string `mapstructure:"model" json:"model,omitempty"`
-	Class  string `mapstructure:"class" json:"class,omitempty"`
-	Tag    bool   `mapstructure:"tag" json:"tag,omitempty"`
-}
+// RuleSpec is one classification rule as configured (config.ClassifyRule: match
+// fields and actions).
+type RuleSpec = config.ClassifyRule
 
 // TagHeader is the upstream header a rule with Tag sets: "rule=NAME; label=LABEL".
 const TagHeader = "x-kvroute-classification"
@@ -59,12 +34,31 @@ type Rules struct {
 	model     *Linear // nil: no rule may use Labels
 	needLabel bool
 	needPII   bool
+	decisions *prometheus.CounterVec // rule, label, action; nil: not counted
 }
 
-// Compile validates specs against the model (nil when none is loaded): a rule needs a
-// name (unique), at least one match field and one action; Labels must exist in the
-// model; PII types must be known; Regex must compile. Errors name the rule.
-func Compile(specs []RuleSpec, model *Linear) (*Rules, error) {
+// Count makes Decide count every decision in m (kvroute_classify_decisions_total).
+func (rs *Rules) Count(m *metrics.Classify) { rs.decisions = m.Decisions }
+
+func (rs *Rules) count(d Decision) Decision {
+	if rs.decisions != nil {
+		rule, label := d.Rule, d.Label
+		if rule == "" {
+			rule = "none"
+		}
+		if label == "" {
+			label = "none"
+		}
+		rs.decisions.WithLabelValues(rule, label, d.Action()).Inc()
+	}
+	return d
+}
+
+// Compile validates specs against the model (nil when none is loaded) and the admission
+// class names (classes; "default" is always one): a rule needs a name (unique), at least
+// one match field and one action; Labels must exist in the model; PII types must be
+// known; Regex must compile; Class must be a class. Errors name the rule.
+func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) {
 	rs := &Rules{model: model}
 	seen := map[string]bool{}
 	for i, s := range specs {
@@ -84,11 +78,14 @@ func Compile(specs []RuleSpec, model *Linear) (*Rules, error) {
 			len(s.Tenants) == 0 && s.Header == "" && s.Regex == "" {
 			return nil, fail("no match field (labels, pii, paths, models, tenants, header, regex)")
 		}
-		if !s.Refuse && s.Model == "" && s.Class == "" && !s.Tag {
-			return nil, fail("no action (refuse, model, class, tag)")
+		if !s.Refuse && s.Class == "" && !s.Tag {
+			return nil, fail("no action (refuse, class, tag)")
 		}
-		if s.Refuse && (s.Model != "" || s.Class != "") {
-			return nil, fail("refuse cannot be combined with model or class")
+		if s.Refuse && s.Class != "" {
+			return nil, fail("refuse cannot be combined with class")
+		}
+		if s.Class != "" && s.Class != config.DefaultClass && !slices.Contains(classes, s.Class) {
+			return nil, fail("class %q is not one of admission.classes %v", s.Class, classes)
 		}
 		if s.MinConfidence < 0 || s.MinConfidence > 1 {
 			return nil, fail("min_confidence %g outside 0..1", s.MinConfidence)
@@ -152,21 +149,20 @@ type Decision struct {
 	Label      string
 	Confidence float64
 	Refuse     bool
-	Model      string
 	Class      string
 	Header     [][2]string // upstream headers to set
 }
 
-// Action names the decision for a bounded metric label: "none", "refuse", "route"
-// (model or class) or "tag".
+// Action names the decision for a bounded metric label: "none", "refuse", "class" or
+// "tag".
 func (d Decision) Action() string {
 	switch {
 	case d.Rule == "":
 		return "none"
 	case d.Refuse:
 		return "refuse"
-	case d.Model != "" || d.Class != "":
-		return "route"
+	case d.Class != "":
+		return "class"
 	}
 	return "tag"
 }
@@ -235,7 +231,7 @@ func (rs *Rules) Decide(in Input) Decision {
 			continue
 		}
 		d = Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence,
-			Refuse: r.Refuse, Model: r.Model, Class: r.Class}
+			Refuse: r.Refuse, Class: r.Class}
 		if r.Tag {
 			v := "rule=" + r.Name
 			if d.Label != "" {
@@ -243,13 +239,13 @@ func (rs *Rules) Decide(in Input) Decision {
 			}
 			d.Header = append(d.Header, [2]string{TagHeader, v})
 		}
-		return d
+		return rs.count(d)
 	}
 	if rs.needLabel {
 		_, f := get("")
 		d.Label, d.Confidence = f.pred.Label, f.pred.Confidence
 	}
-	return d
+	return rs.count(d)
 }
 
 func piiMatch(r *rule, spans []Span) bool {

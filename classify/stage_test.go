@@ -32,27 +32,28 @@ func fixtureModel(t *testing.T) *Linear {
 func TestCompileRejectsBadRules(t *testing.T) {
 	m := fixtureModel(t)
 	cases := map[string]RuleSpec{
-		"needs a name":           {Labels: []string{"math"}, Tag: true},
-		"no match field":         {Name: "a", Tag: true},
-		"no action":              {Name: "a", Labels: []string{"math"}},
-		"cannot be combined":     {Name: "a", Labels: []string{"math"}, Refuse: true, Model: "m"},
-		"not one of the model's": {Name: "a", Labels: []string{"poetry"}, Tag: true},
-		"pii type":               {Name: "a", PII: []string{"passport"}, Refuse: true},
-		"regex":                  {Name: "a", Regex: "(", Tag: true},
-		"over":                   {Name: "a", Regex: "x", Over: "assistant", Tag: true},
-		"min_confidence":         {Name: "a", Labels: []string{"math"}, MinConfidence: 2, Tag: true},
-		"has no name":            {Name: "a", Header: "=v", Tag: true},
+		"needs a name":                 {Labels: []string{"math"}, Tag: true},
+		"no match field":               {Name: "a", Tag: true},
+		"no action":                    {Name: "a", Labels: []string{"math"}},
+		"cannot be combined":           {Name: "a", Labels: []string{"math"}, Refuse: true, Class: "batch"},
+		"not one of admission.classes": {Name: "a", Labels: []string{"math"}, Class: "gold"},
+		"not one of the model's":       {Name: "a", Labels: []string{"poetry"}, Tag: true},
+		"pii type":                     {Name: "a", PII: []string{"passport"}, Refuse: true},
+		"regex":                        {Name: "a", Regex: "(", Tag: true},
+		"over":                         {Name: "a", Regex: "x", Over: "assistant", Tag: true},
+		"min_confidence":               {Name: "a", Labels: []string{"math"}, MinConfidence: 2, Tag: true},
+		"has no name":                  {Name: "a", Header: "=v", Tag: true},
 	}
 	for want, spec := range cases {
-		_, err := Compile([]RuleSpec{spec}, m)
+		_, err := Compile([]RuleSpec{spec}, m, []string{"batch"})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: err %v, want one containing %q", spec, err, want)
 		}
 	}
-	if _, err := Compile([]RuleSpec{{Name: "a", Labels: []string{"math"}, Tag: true}}, nil); err == nil || !strings.Contains(err.Error(), "classify.model") {
+	if _, err := Compile([]RuleSpec{{Name: "a", Labels: []string{"math"}, Tag: true}}, nil, nil); err == nil || !strings.Contains(err.Error(), "classify.model") {
 		t.Errorf("labels without a model: %v", err)
 	}
-	if _, err := Compile([]RuleSpec{{Name: "a", Regex: "x", Tag: true}, {Name: "a", Regex: "y", Tag: true}}, m); err == nil || !strings.Contains(err.Error(), "twice") {
+	if _, err := Compile([]RuleSpec{{Name: "a", Regex: "x", Tag: true}, {Name: "a", Regex: "y", Tag: true}}, m, nil); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Errorf("duplicate names: %v", err)
 	}
 }
@@ -72,9 +73,9 @@ func TestDecideFirstMatchWins(t *testing.T) {
 	rs, err := Compile([]RuleSpec{
 		{Name: "secrets", PII: []string{PIIAWSKey, PIIPrivateKey}, Refuse: true},
 		{Name: "internal", Header: "x-team=research", Regex: `(?i)\bdraft\b`, Over: "both", Tag: true},
-		{Name: "stem", Labels: []string{"math", "computer science"}, Model: "qwen-math", Class: "batch", Tag: true},
+		{Name: "stem", Labels: []string{"math", "computer science"}, Class: "batch", Tag: true},
 		{Name: "vip", Tenants: []string{"acme"}, Paths: []string{"/v1/chat/completions"}, Class: "interactive"},
-	}, m)
+	}, m, []string{"batch", "interactive"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestDecideFirstMatchWins(t *testing.T) {
 		t.Errorf("header value differs but matched: %+v", d)
 	}
 	d = rs.Decide(Input{Req: chat(t, body("", mathQ))})
-	if d.Rule != "stem" || d.Model != "qwen-math" || d.Class != "batch" || d.Label != "math" || d.Action() != "route" {
+	if d.Rule != "stem" || d.Class != "batch" || d.Label != "math" || d.Action() != "class" {
 		t.Errorf("math question: %+v", d)
 	}
 	d = rs.Decide(Input{Req: chat(t, body("", lawQ)), Tenant: "acme", Path: "/v1/chat/completions"})
@@ -117,7 +118,7 @@ func TestDecideFirstMatchWins(t *testing.T) {
 }
 
 func TestDecideCompletionsAndAnthropicSystem(t *testing.T) {
-	rs, err := Compile([]RuleSpec{{Name: "sys", Regex: "pirate", Over: "system", Tag: true}, {Name: "p", Regex: "^SELECT", Refuse: true}}, nil)
+	rs, err := Compile([]RuleSpec{{Name: "sys", Regex: "pirate", Over: "system", Tag: true}, {Name: "p", Regex: "^SELECT", Refuse: true}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
@@ -69,6 +71,8 @@ type stream struct {
 	ticket        *router.Ticket
 	tenant        admission.Identity   // from the request headers message (Identify)
 	classIn       admission.ClassInput // headers and metadata for the QoS class (admission.Pick)
+	path          string               // :path without its query (the classify stage's input)
+	tags          [][2]string          // upstream headers the classify stage set
 	grant         *admission.Grant     // settled with the ticket (complete, finish)
 	route         *tracing.Route       // the kvroute.route span; nil until the request headers
 	traceparent   string               // W3C trace context of the caller (request headers)
@@ -211,6 +215,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*struct
 		}
 	}
 	st.api = request.APIForPath(path)
+	st.path, _, _ = strings.Cut(path, "?")
 	st.route = tracing.StartRoute(st.ctx, st.s.opt.Tracer, st.traceHeader, string(st.api))
 	if st.observability {
 		st.s.m.Streams.WithLabelValues("observability").Inc()
@@ -362,6 +367,11 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	if err == nil {
 		st.req = req
 		st.route.Set(tracing.Model(req.Model))
+		var cd classify.Decision
+		cd, err = front.Classify(st.s.opt.Classify, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req})
+		st.classIn.Class, st.tags = cd.Class, cd.Header
+	}
+	if err == nil {
 		// Holding a request in kvroute's queue is holding this reply: Envoy's
 		// message_timeout must exceed the longest max_queue_time (docs/tenants.md, envoy.Check).
 		// The stream's context ends when Envoy closes the stream (client gone): the
