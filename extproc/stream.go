@@ -367,9 +367,11 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	if err == nil {
 		st.req = req
 		st.route.Set(tracing.Model(req.Model))
-		var cd classify.Decision
-		cd, err = front.Classify(st.s.opt.Classify, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req})
-		st.classIn.Class, st.tags = cd.Class, cd.Header
+		if st.s.opt.Classify != nil { // off: nothing built, nothing run
+			var cd classify.Decision
+			cd, err = front.Classify(st.s.opt.Classify, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req})
+			st.classIn.Class, st.tags = cd.Class, cd.Header
+		}
 	}
 	if err == nil {
 		// Holding a request in kvroute's queue is holding this reply: Envoy's

@@ -257,11 +257,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(rec, api, err)
 		return
 	}
-	cd, err := front.Classify(h.opt.Classify, route, classify.Input{Path: r.URL.Path, Tenant: id.Tenant, Header: r.Header.Get, Req: req})
-	if err != nil {
-		route.Fail("request refused")
-		h.writeError(rec, api, err)
-		return
+	var cd classify.Decision
+	if h.opt.Classify != nil { // off: nothing built, nothing run
+		if cd, err = front.Classify(h.opt.Classify, route, classify.Input{Path: r.URL.Path, Tenant: id.Tenant, Header: r.Header.Get, Req: req}); err != nil {
+			route.Fail("request refused")
+			h.writeError(rec, api, err)
+			return
+		}
 	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
