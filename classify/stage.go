@@ -2,6 +2,7 @@ package classify
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -78,11 +79,16 @@ func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) 
 			len(s.Tenants) == 0 && s.Header == "" && s.Regex == "" {
 			return nil, fail("no match field (labels, pii, paths, models, tenants, header, regex)")
 		}
-		if !s.Refuse && s.Class == "" && !s.Tag {
-			return nil, fail("no action (refuse, class, tag)")
+		if !s.Refuse && s.Class == "" && len(s.Workers) == 0 && !s.Tag {
+			return nil, fail("no action (refuse, class, workers, tag)")
 		}
-		if s.Refuse && s.Class != "" {
-			return nil, fail("refuse cannot be combined with class")
+		if s.Refuse && (s.Class != "" || len(s.Workers) > 0) {
+			return nil, fail("refuse cannot be combined with class or workers")
+		}
+		for _, w := range s.Workers {
+			if _, err := netip.ParseAddrPort(w); err != nil {
+				return nil, fail("worker %q is not an ip:port address", w)
+			}
 		}
 		if s.Class != "" && s.Class != config.DefaultClass && !slices.Contains(classes, s.Class) {
 			return nil, fail("class %q is not one of admission.classes %v", s.Class, classes)
@@ -150,11 +156,12 @@ type Decision struct {
 	Confidence float64
 	Refuse     bool
 	Class      string
+	Workers    []string    // "ip:port": restrict the pick to them
 	Header     [][2]string // upstream headers to set
 }
 
-// Action names the decision for a bounded metric label: "none", "refuse", "class" or
-// "tag".
+// Action names the decision for a bounded metric label: "none", "refuse", "class",
+// "workers" or "tag" (the first that applies).
 func (d Decision) Action() string {
 	switch {
 	case d.Rule == "":
@@ -163,6 +170,8 @@ func (d Decision) Action() string {
 		return "refuse"
 	case d.Class != "":
 		return "class"
+	case len(d.Workers) > 0:
+		return "workers"
 	}
 	return "tag"
 }
@@ -231,7 +240,7 @@ func (rs *Rules) Decide(in Input) Decision {
 			continue
 		}
 		d = Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence,
-			Refuse: r.Refuse, Class: r.Class}
+			Refuse: r.Refuse, Class: r.Class, Workers: r.Workers}
 		if r.Tag {
 			v := "rule=" + r.Name
 			if d.Label != "" {

@@ -43,6 +43,9 @@ type ClassifyRule struct {
 	// Class puts the request in this admission class (admission.classes, or "default"),
 	// ahead of the classes' own matches.
 	Class string `mapstructure:"class" json:"class,omitempty"`
+	// Workers restricts the pick to these workers, by "ip:port" address (intersected with
+	// a Gateway API Inference Extension subset hint when Envoy sends one): a pool.
+	Workers []string `mapstructure:"workers" json:"workers,omitempty"`
 	// Tag sets the upstream header x-kvroute-classification: "rule=NAME; label=LABEL"
 	// (with Envoy in front and extproc.clear_route_cache, a route may match on it).
 	Tag bool `mapstructure:"tag" json:"tag,omitempty"`

@@ -20,6 +20,7 @@ func classifyHarness(t *testing.T) *harness {
 		{Name: "secrets", PII: []string{"aws_access_key"}, Refuse: true},
 		{Name: "drafts", Regex: `(?i)\bdraft\b`, Tag: true},
 		{Name: "reports", Regex: `\breport\b`, Class: "batch"},
+		{Name: "stem", Regex: `\bintegral\b`, Workers: []string{"10.0.0.2:8000"}},
 	}, nil, []string{"batch"})
 	if err != nil {
 		t.Fatal(err)
@@ -73,10 +74,16 @@ func TestExtProcClassifyStage(t *testing.T) {
 	if r := bufferedPick(t, h, "/v1/chat/completions", chatWith("the report")); r.GetRequestBody() == nil {
 		t.Fatalf("class rule: %v", r)
 	}
+	for i := 0; i < 4; i++ { // the rule's pool: always w2, though both are idle
+		mut := bufferedPick(t, h, "/v1/chat/completions", chatWith("the integral of x")).GetRequestBody().GetResponse().GetHeaderMutation()
+		if got := destOf(t, mut, config.Default().ExtProc.DestinationHeader); got != "10.0.0.2:8000" {
+			t.Fatalf("pick %d: destination %q, want the rule's worker 10.0.0.2:8000", i, got)
+		}
+	}
 	for _, c := range []struct {
 		rule, action string
 		n            float64
-	}{{"secrets", "refuse", 2}, {"drafts", "tag", 1}, {"none", "none", 1}, {"reports", "class", 1}} {
+	}{{"secrets", "refuse", 2}, {"drafts", "tag", 1}, {"none", "none", 1}, {"reports", "class", 1}, {"stem", "workers", 4}} {
 		if v := testutil.ToFloat64(h.ms.Classify.Decisions.WithLabelValues(c.rule, "none", c.action)); v != c.n {
 			t.Errorf("decisions{rule=%s,action=%s} = %v, want %v", c.rule, c.action, v, c.n)
 		}

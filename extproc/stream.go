@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -371,6 +372,14 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 			var cd classify.Decision
 			cd, err = front.Classify(st.s.opt.Classify, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req})
 			st.classIn.Class, st.tags = cd.Class, cd.Header
+			if len(cd.Workers) > 0 { // a rule's pool, within the gateway's subset when it sent one
+				if st.hasSubset {
+					st.subset = slices.DeleteFunc(slices.Clone(st.subset), func(a string) bool { return !slices.Contains(cd.Workers, a) })
+				} else {
+					st.subset = cd.Workers
+				}
+				st.hasSubset = true
+			}
 		}
 	}
 	if err == nil {

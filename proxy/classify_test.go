@@ -46,6 +46,8 @@ func TestProxyClassifyStage(t *testing.T) {
 		{Name: "secrets", PII: []string{"aws_access_key", "private_key"}, Refuse: true},
 		{Name: "drafts", Regex: `(?i)\bdraft\b`, Tag: true},
 		{Name: "reports", Regex: `(?i)\breport\b`, Class: "batch"},
+		{Name: "elsewhere", Regex: `\bintegral\b`, Workers: []string{"127.0.0.1:1"}},
+		{Name: "here", Regex: `\bderivative\b`, Workers: []string{strings.TrimPrefix(up.URL, "http://")}},
 	}, nil, []string{"batch"})
 	if err != nil {
 		t.Fatal(err)
@@ -84,16 +86,22 @@ func TestProxyClassifyStage(t *testing.T) {
 	if v := testutil.ToFloat64(ms.Admission.Requests.WithLabelValues("unattributed", "batch", "ok")); v != 1 {
 		t.Errorf("admission requests{class=batch} = %v, want 1 (the rule's class)", v)
 	}
+	if resp, b = admPost(t, ps.URL+"/v1/chat/completions", chat("the integral of x"), nil); resp.StatusCode != 503 {
+		t.Fatalf("a pool without this worker: %d %s, want 503", resp.StatusCode, b)
+	}
+	if resp, b = admPost(t, ps.URL+"/v1/chat/completions", chat("the derivative of x"), nil); resp.StatusCode != 200 {
+		t.Fatalf("a pool with this worker: %d %s", resp.StatusCode, b)
+	}
 	mu.Lock()
 	got := strings.Join(seen, "|")
 	mu.Unlock()
-	if got != "rule=drafts||" {
+	if got != "rule=drafts|||" {
 		t.Fatalf("worker saw tags %q, want the rule's on the first and none after (the forged one stripped)", got)
 	}
 	for _, c := range []struct {
 		rule, action string
 		n            float64
-	}{{"secrets", "refuse", 2}, {"drafts", "tag", 1}, {"none", "none", 1}, {"reports", "class", 1}} {
+	}{{"secrets", "refuse", 2}, {"drafts", "tag", 1}, {"none", "none", 1}, {"reports", "class", 1}, {"elsewhere", "workers", 1}, {"here", "workers", 1}} {
 		if v := testutil.ToFloat64(ms.Classify.Decisions.WithLabelValues(c.rule, "none", c.action)); v != c.n {
 			t.Errorf("decisions{rule=%s,action=%s} = %v, want %v", c.rule, c.action, v, c.n)
 		}

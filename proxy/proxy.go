@@ -266,6 +266,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
+	if len(cd.Workers) > 0 {
+		po.Subset, po.SubsetHint = cd.Workers, true
+	}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
 	// (unless passive health is off) and the request, of which nothing was sent, is
 	// picked again among the other workers (see errorHandler).
