@@ -73,14 +73,25 @@ func eachLine(path string, fn func(line int, b []byte) error) error {
 // plain). A row that is not a JSON object, or lacks a text or a label, is an error that
 // names its line: a training set with a broken row is not silently trained on.
 func ReadRows(path string) ([]Row, error) {
-	var rows []Row
+	return readJSONL(path, func(r *Row) error {
+		if r.Text == "" || r.Label == "" {
+			return fmt.Errorf("row needs a non-empty \"text\" and \"label\"")
+		}
+		return nil
+	})
+}
+
+// readJSONL decodes every non-blank line of path as a T and checks it; an error names
+// its line, and a file without rows is an error.
+func readJSONL[T any](path string, check func(*T) error) ([]T, error) {
+	var rows []T
 	err := eachLine(path, func(_ int, b []byte) error {
-		var r Row
+		var r T
 		if err := json.Unmarshal(b, &r); err != nil {
 			return err
 		}
-		if r.Text == "" || r.Label == "" {
-			return fmt.Errorf("row needs a non-empty \"text\" and \"label\"")
+		if err := check(&r); err != nil {
+			return err
 		}
 		rows = append(rows, r)
 		return nil

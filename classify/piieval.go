@@ -1,7 +1,6 @@
 package classify
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -37,12 +36,7 @@ func ReadPIIRows(path string) ([]PIIRow, error) {
 	for _, t := range PIITypes {
 		known[t] = true
 	}
-	var rows []PIIRow
-	err := eachLine(path, func(_ int, b []byte) error {
-		var r PIIRow
-		if err := json.Unmarshal(b, &r); err != nil {
-			return err
-		}
+	return readJSONL(path, func(r *PIIRow) error {
 		for _, s := range r.Spans {
 			if !known[s.Type] {
 				return fmt.Errorf("span type %q is not one of %v", s.Type, PIITypes)
@@ -51,16 +45,8 @@ func ReadPIIRows(path string) ([]PIIRow, error) {
 				return fmt.Errorf("span [%d, %d) outside the text's %d bytes", s.Start, s.End, len(r.Text))
 			}
 		}
-		rows = append(rows, r)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("%s: no rows", path)
-	}
-	return rows, nil
 }
 
 // EvaluatePII runs FindPII over every row and scores it against the labelled spans.
