@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/kvroute/kvroute/app.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=1 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps build check-tree test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak loadtest
+.PHONY: all deps build check-tree test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak loadtest classify-example
 
 all: build
 
@@ -52,6 +52,13 @@ tokenizer-goldens:
 # paths in the documents (scripts/check-tree.sh; the first step of `make test`).
 check-tree:
 	@scripts/check-tree.sh
+
+# The classification worked example (docs/classification.md): 5-fold cross-validation of
+# the linear classifier on a labelled JSONL file, then the model trained on all of it.
+CLASSIFY_DATA ?=
+classify-example: build
+	@test -n "$(CLASSIFY_DATA)" || { echo "set CLASSIFY_DATA=labelled.jsonl[.gz] (MMLU-Pro in docs/classification.md)"; exit 2; }
+	$(BIN)/kvroute classify train --data $(CLASSIFY_DATA) --folds 5 --out $(BIN)/mmlu-pro.kvr
 
 test-short:
 	$(GO) test -short ./...

@@ -31,6 +31,9 @@ type ClassInput struct {
 	Metadata map[string]*structpb.Struct
 	// PromptTokens is the prompt length the router counted (0 unknown).
 	PromptTokens int
+	// Class is the class a classification rule chose (config.ClassifyRule.Class): when
+	// it names a configured class (or "default"), that class wins over the matches.
+	Class string
 }
 
 var defaultClass = config.Class{Name: config.DefaultClass}
@@ -41,6 +44,16 @@ var defaultClass = config.Class{Name: config.DefaultClass}
 func (a *Admitter) Classify(in ClassInput) *config.Class {
 	if a == nil {
 		return &defaultClass
+	}
+	if in.Class != "" {
+		for i := range a.cfg.Classes {
+			if a.cfg.Classes[i].Name == in.Class {
+				return &a.cfg.Classes[i]
+			}
+		}
+		if in.Class == config.DefaultClass {
+			return &defaultClass
+		}
 	}
 	for i := range a.cfg.Classes {
 		if a.matches(&a.cfg.Classes[i].Match, in) {

@@ -212,6 +212,10 @@ func TestClassify(t *testing.T) {
 		{ClassInput{Tenant: "z", API: request.APICompletions, Header: hdr("x-tier", "gold")}, "default"},
 		{ClassInput{Tenant: "acme", Model: "m"}, "acme"},
 		{ClassInput{Tenant: "acme", Model: "n"}, "default"},
+		// a classification rule's class wins over the matches; an unknown one is ignored.
+		{ClassInput{Tenant: "acme", Model: "m", Class: "gold"}, "gold"},
+		{ClassInput{Tenant: "acme", Model: "m", Class: "default"}, "default"},
+		{ClassInput{Tenant: "acme", Model: "m", Class: "nope"}, "acme"},
 	}
 	for _, tc := range cases {
 		if got := a.Classify(tc.in).Name; got != tc.want {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
@@ -56,6 +57,8 @@ type App struct {
 	PeerRegistry *workers.Registry
 	// Admission is the admission stage both fronts run (tenant identity, budgets).
 	Admission *admission.Admitter
+	// Classify is the classify stage; nil when classify.rules is empty (off).
+	Classify *classify.Rules
 
 	ready       chan struct{}
 	explainSem  chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
@@ -161,7 +164,36 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.Router.OnCapacity(a.Admission.Wake) // the queue dispatches when capacity frees
+	if a.Classify, err = newClassify(cfg, ms); err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// newClassify loads classify.model and compiles classify.rules (nil, nil with no rules:
+// the stage is off). A missing or unreadable model, or an invalid rule, fails start-up.
+func newClassify(cfg *config.Config, ms *metrics.Set) (*classify.Rules, error) {
+	if len(cfg.Classify.Rules) == 0 {
+		return nil, nil
+	}
+	var model *classify.Linear
+	if cfg.Classify.Model != "" {
+		m, err := classify.Load(cfg.Classify.Model)
+		if err != nil {
+			return nil, fmt.Errorf("classify.model: %w", err)
+		}
+		model = m
+	}
+	var classes []string
+	for _, c := range cfg.Admission.Classes {
+		classes = append(classes, c.Name)
+	}
+	rs, err := classify.Compile(cfg.Classify.Rules, model, classes)
+	if err != nil {
+		return nil, err
+	}
+	rs.Count(ms.Classify)
+	return rs, nil
 }
 
 func newPolicy(cfg *config.Config, ms *metrics.Set, logger *slog.Logger) (scoring.Policy, error) {
@@ -325,7 +357,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}
 		srv := grpc.NewServer(append(gopts, grpc.MaxRecvMsgSize(a.Config.Server.GRPCMaxRecvBytes),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
-		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer(), Admission: a.Admission}))
+		extprocv3.RegisterExternalProcessorServer(srv, extproc.New(extproc.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger, Tracer: a.Tracing.Tracer(), Admission: a.Admission, Classify: a.Classify}))
 		healthpb.RegisterHealthServer(srv, hs)
 		grpcServers = append(grpcServers, srv)
 		goRun(func() error { return serveGRPC(srv, l.ExtProc) })
@@ -341,7 +373,7 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 	if l.Proxy != nil {
 		srv := a.httpServer(proxy.New(proxy.Options{Router: a.Router, Config: a.Config.ExtProc, Metrics: a.Metrics, Logger: a.Logger,
 			NoPassiveHealth: a.Config.Scoring.Scrape.Interval <= 0, Proxy: a.Config.Proxy, Tracer: a.Tracing.Tracer(),
-			BodyTimeout: a.Config.Server.HTTPBodyTimeout, WriteTimeout: a.Config.Server.HTTPWriteTimeout, Admission: a.Admission}), false)
+			BodyTimeout: a.Config.Server.HTTPBodyTimeout, WriteTimeout: a.Config.Server.HTTPWriteTimeout, Admission: a.Admission, Classify: a.Classify}), false)
 		httpServers = append(httpServers, srv)
 		goRun(func() error { return serveHTTP(srv, l.Proxy) })
 		a.Logger.Info("proxy listening", "addr", l.Proxy.Addr().String())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/config"
 )
 
@@ -26,6 +27,7 @@ Usage:
   kvroute serve [flags]    run the Envoy ext_proc server (gRPC), gRPC health and admin HTTP
   kvroute proxy [flags]    run a plain OpenAI-compatible reverse proxy (no Envoy) and admin HTTP
   kvroute config [flags]   print the effective configuration keys and values, then exit
+  kvroute classify CMD     train, evaluate a text classifier or score PII recognizers (docs/classification.md)
   kvroute version          print the version
 
 Every configuration key is a flag (--router.ticket_ttl=5m) and an environment variable
@@ -48,6 +50,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "classify":
+		return classify.Command(rest, stdout, stderr)
 	case "serve", "proxy", "config":
 	default:
 		fmt.Fprintf(stderr, "kvroute: unknown command %q\n\n%s", cmd, usage)

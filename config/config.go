@@ -45,6 +45,7 @@ type Config struct {
 	Admission Admission `mapstructure:"admission"`
 	Tracing   Tracing   `mapstructure:"tracing"`
 	Peers     Peers     `mapstructure:"peers"`
+	Classify  Classify  `mapstructure:"classify"`
 }
 
 // Default returns the configuration with every default set.

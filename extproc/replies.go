@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/response"
 	"go.opentelemetry.io/otel/attribute"
@@ -80,6 +81,16 @@ func (st *stream) destination() (*extprocv3.HeaderMutation, *structpb.Struct) {
 	// The upstream request continues the trace from kvroute's route span (W3C
 	// traceparent/tracestate, overwriting the caller's), so vLLM's spans join it.
 	st.route.Inject(func(k, v string) { mut.SetHeaders = append(mut.SetHeaders, setHeader(k, v)) })
+	// With the classify stage on, its tag header is kvroute's word: set (overwriting a
+	// client's copy; ext_proc set_headers replace unless append is true) or removed.
+	if st.s.opt.Classify != nil {
+		for _, kv := range st.tags {
+			mut.SetHeaders = append(mut.SetHeaders, setHeader(kv[0], kv[1]))
+		}
+		if len(st.tags) == 0 {
+			mut.RemoveHeaders = append(mut.RemoveHeaders, classify.TagHeader)
+		}
+	}
 	if cfg.MetadataNamespace == "" {
 		return mut, nil
 	}

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/classify"
 
 	"context"
 	"errors"
@@ -31,6 +32,8 @@ type Options struct {
 	// request as unattributed. The tenant header is believed as set by the edge: the
 	// Envoy configuration must remove the client's copy (docs/configuration.md).
 	Admission *admission.Admitter
+	// Classify is the classify stage (rules over what the request says); nil: off.
+	Classify *classify.Rules
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor. One Process call

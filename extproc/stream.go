@@ -2,7 +2,9 @@ package extproc
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
@@ -69,6 +72,8 @@ type stream struct {
 	ticket        *router.Ticket
 	tenant        admission.Identity   // from the request headers message (Identify)
 	classIn       admission.ClassInput // headers and metadata for the QoS class (admission.Pick)
+	path          string               // :path without its query (the classify stage's input)
+	tags          [][2]string          // upstream headers the classify stage set
 	grant         *admission.Grant     // settled with the ticket (complete, finish)
 	route         *tracing.Route       // the kvroute.route span; nil until the request headers
 	traceparent   string               // W3C trace context of the caller (request headers)
@@ -211,6 +216,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*struct
 		}
 	}
 	st.api = request.APIForPath(path)
+	st.path, _, _ = strings.Cut(path, "?")
 	st.route = tracing.StartRoute(st.ctx, st.s.opt.Tracer, st.traceHeader, string(st.api))
 	if st.observability {
 		st.s.m.Streams.WithLabelValues("observability").Inc()
@@ -362,6 +368,21 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	if err == nil {
 		st.req = req
 		st.route.Set(tracing.Model(req.Model))
+		if st.s.opt.Classify != nil { // off: nothing built, nothing run
+			var cd classify.Decision
+			cd, err = front.Classify(st.s.opt.Classify, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req})
+			st.classIn.Class, st.tags = cd.Class, cd.Header
+			if len(cd.Workers) > 0 { // a rule's pool, within the gateway's subset when it sent one
+				if st.hasSubset {
+					st.subset = slices.DeleteFunc(slices.Clone(st.subset), func(a string) bool { return !slices.Contains(cd.Workers, a) })
+				} else {
+					st.subset = cd.Workers
+				}
+				st.hasSubset = true
+			}
+		}
+	}
+	if err == nil {
 		// Holding a request in kvroute's queue is holding this reply: Envoy's
 		// message_timeout must exceed the longest max_queue_time (docs/tenants.md, envoy.Check).
 		// The stream's context ends when Envoy closes the stream (client gone): the

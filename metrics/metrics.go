@@ -22,6 +22,7 @@ type Set struct {
 	Workers   *Workers
 	Peers     *Peers
 	Admission *Admission
+	Classify  *Classify
 }
 
 // New creates every metric and registers it on reg.
@@ -35,6 +36,7 @@ func New(reg prometheus.Registerer) *Set {
 		Workers:   newWorkers(reg),
 		Peers:     newPeers(reg),
 		Admission: newAdmission(reg),
+		Classify:  newClassify(reg),
 	}
 }
 

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/metrics"
@@ -81,6 +82,8 @@ type Options struct {
 	// Admission is the admission stage (tenant identity, budgets); nil admits every
 	// request as unattributed. A tenant header counts only from its trusted_peers.
 	Admission *admission.Admitter
+	// Classify is the classify stage (rules over what the request says); nil: off.
+	Classify *classify.Rules
 }
 
 // maxDrainBytes bounds how much of an oversize body is read and discarded after the
@@ -152,6 +155,7 @@ func New(opt Options) http.Handler {
 type flight struct {
 	front.Flight                  // the ticket's end: Complete or Abort, settlement, span
 	grant        *admission.Grant // the Flight's Grant, typed: CountsTokens, Release
+	tags         [][2]string      // upstream headers the classify stage set
 	counter      *response.Tracker
 	req          *request.Request
 	mayRetry     bool // first attempt: a connect failure may be retried on another worker
@@ -255,7 +259,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route.Set(tracing.Model(req.Model))
+	var cd classify.Decision
+	if h.opt.Classify != nil { // off: nothing built, nothing run
+		if cd, err = front.Classify(h.opt.Classify, route, classify.Input{Path: r.URL.Path, Tenant: id.Tenant, Header: r.Header.Get, Req: req}); err != nil {
+			route.Fail("request refused")
+			h.writeError(rec, api, err)
+			return
+		}
+	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
+	if len(cd.Workers) > 0 {
+		po.Subset, po.SubsetHint = cd.Workers, true
+	}
 	// At most two attempts: a worker that refuses the connection is marked unhealthy
 	// (unless passive health is off) and the request, of which nothing was sent, is
 	// picked again among the other workers (see errorHandler).
@@ -266,7 +281,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// aborts the ticket and charges no fairness (VTC); an attempt whose connection
 		// is refused releases its grant, which gives back the budget and the VTC prompt
 		// charge, so a retried request costs its tenant once.
-		pk, g, err := h.opt.Admission.Admit(ctx, h.opt.Router, req, po, id, admission.ClassInput{Tenant: id.Tenant, Header: r.Header.Get})
+		pk, g, err := h.opt.Admission.Admit(ctx, h.opt.Router, req, po, id, admission.ClassInput{Tenant: id.Tenant, Header: r.Header.Get, Class: cd.Class})
 		if err != nil {
 			route.Fail("no pick")
 			if r.Context().Err() != nil {
@@ -277,7 +292,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		t := pk.Ticket
 		route.Set(t.TraceAttributes()...)
-		f = &flight{Flight: front.Flight{Ticket: t, Grant: g, Route: route, Aborts: h.m.Aborts}, grant: g, req: req, mayRetry: attempt == 0}
+		f = &flight{Flight: front.Flight{Ticket: t, Grant: g, Route: route, Aborts: h.m.Aborts}, grant: g, req: req, mayRetry: attempt == 0, tags: cd.Header}
 		h.attempt(rec, r, f, body)
 		if !f.retry {
 			return
@@ -416,6 +431,13 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	// forwarded: a client's forged copy must not reach anything behind the worker.
 	if th := h.opt.Admission.TenantHeader(); th != "" {
 		pr.Out.Header.Del(th)
+	}
+	// With the classify stage on, its tag header is kvroute's word, never a client's.
+	if h.opt.Classify != nil {
+		pr.Out.Header.Del(classify.TagHeader)
+		for _, kv := range f.tags {
+			pr.Out.Header.Set(kv[0], kv[1])
+		}
 	}
 	// The worker continues the trace from kvroute's route span (W3C traceparent).
 	f.Route.Inject(pr.Out.Header.Set)

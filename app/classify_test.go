@@ -1,0 +1,68 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvroute/kvroute/classify"
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/metrics"
+)
+
+// classify.rules from YAML reach the stage; a bad rule or an unreadable model fails
+// start-up with the key and the rule named; no rules is the stage off.
+func TestClassifyConfigAtStartup(t *testing.T) {
+	dir := t.TempDir()
+	yml := filepath.Join(dir, "kvroute.yaml")
+	os.WriteFile(yml, []byte(`
+classify:
+  rules:
+    - name: secrets
+      pii: [aws_access_key, private_key]
+      refuse: true
+    - name: drafts
+      regex: '(?i)\bdraft\b'
+      over: both
+      tag: true
+`), 0o644)
+	code, out, stderr := runMain("config", "--config", yml)
+	if code != 0 || !strings.Contains(out, `"name":"secrets"`) || !strings.Contains(out, `"over":"both"`) {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+	}
+
+	cfg := config.Default()
+	if rs, err := newClassify(&cfg, metrics.NewUnregistered()); rs != nil || err != nil {
+		t.Fatalf("no rules: %v %v, want the stage off", rs, err)
+	}
+	cfg.Classify.Rules = []config.ClassifyRule{{Name: "stem", Labels: []string{"math"}, Tag: true}}
+	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), `"stem"`) {
+		t.Fatalf("labels without a model: %v", err)
+	}
+	cfg.Classify.Model = filepath.Join(dir, "missing.kvr")
+	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), "classify.model") {
+		t.Fatalf("missing model: %v", err)
+	}
+	rows, err := classify.ReadRows("../classify/testdata/labelled.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := classify.DefaultTrainOptions()
+	o.Features.Bits = 12
+	m, err := classify.Train(rows, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Save(cfg.Classify.Model); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := newClassify(&cfg, metrics.NewUnregistered())
+	if err != nil || rs == nil {
+		t.Fatalf("with a model: %v", err)
+	}
+	cfg.Classify.Rules[0].Class = "gold"
+	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), "admission.classes") {
+		t.Fatalf("unknown class: %v", err)
+	}
+}

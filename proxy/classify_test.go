@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvroute/kvroute/admission"
+	"github.com/kvroute/kvroute/classify"
+	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scoring/scoringtest"
+	"github.com/kvroute/kvroute/workers"
+)
+
+// Through the real proxy with classify rules: a secret in the last user message is
+// refused 403 in the request's API shape before admission (the worker never sees it); a
+// rule's tag reaches the worker and a client's forged tag never does; a rule's class is
+// the admission class; every decision is counted.
+func TestProxyClassifyStage(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get(classify.TagHeader))
+		mu.Unlock()
+		sseWorker().ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "w", Address: strings.TrimPrefix(up.URL, "http://"), Models: []string{"m"}}})
+	ms := metrics.NewUnregistered()
+	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: scoringtest.Busy{}})
+	c := config.Default().Admission
+	c.Classes = []config.Class{{Name: "batch", Priority: -1, Match: config.ClassMatch{Tenants: []string{"nobody"}}}} // only by the rule
+	adm, err := admission.New(admission.Options{Config: c, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := classify.Compile([]classify.RuleSpec{
+		{Name: "secrets", PII: []string{"aws_access_key", "private_key"}, Refuse: true},
+		{Name: "drafts", Regex: `(?i)\bdraft\b`, Tag: true},
+		{Name: "reports", Regex: `(?i)\breport\b`, Class: "batch"},
+		{Name: "elsewhere", Regex: `\bintegral\b`, Workers: []string{"127.0.0.1:1"}},
+		{Name: "here", Regex: `\bderivative\b`, Workers: []string{strings.TrimPrefix(up.URL, "http://")}},
+	}, nil, []string{"batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Count(ms.Classify)
+	pc := config.Default().Proxy
+	pc.Paths = append(pc.Paths, "/v1/messages")
+	ps := httptest.NewServer(New(Options{Router: r, Config: config.Default().ExtProc, Metrics: ms, Admission: adm, Classify: rs, Proxy: pc}))
+	t.Cleanup(ps.Close)
+	chat := func(text string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"` + text + `"}],"stream":true}`
+	}
+	forged := map[string]string{classify.TagHeader: "rule=vip"}
+
+	resp, b := admPost(t, ps.URL+"/v1/chat/completions", chat("my key AKIAIOSFODNN7EXAMPLE"), nil)
+	if resp.StatusCode != 403 || !strings.Contains(b, `"type":"permission_error"`) || !strings.Contains(b, "secrets") {
+		t.Fatalf("OpenAI refusal: %d %s", resp.StatusCode, b)
+	}
+	resp, b = admPost(t, ps.URL+"/v1/messages", `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"AKIAIOSFODNN7EXAMPLE"}]}`, nil)
+	if resp.StatusCode != 403 || !strings.Contains(b, `"type":"error"`) || !strings.Contains(b, `"permission_error"`) {
+		t.Fatalf("Anthropic refusal: %d %s", resp.StatusCode, b)
+	}
+	if resp, b = admPost(t, ps.URL+"/v1/chat/completions", chat("review this Draft"), forged); resp.StatusCode != 200 {
+		t.Fatalf("tagged: %d %s", resp.StatusCode, b)
+	}
+	if resp, b = admPost(t, ps.URL+"/v1/chat/completions", chat("hello"), forged); resp.StatusCode != 200 {
+		t.Fatalf("untagged: %d %s", resp.StatusCode, b)
+	}
+	resp, b = admPost(t, ps.URL+"/v1/chat/completions", chat("the quarterly report"), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("class: %d %s", resp.StatusCode, b)
+	}
+	if n := testutil.CollectAndCount(ms.Admission.Requests); n == 0 {
+		t.Fatal("no admission requests counted")
+	}
+	if v := testutil.ToFloat64(ms.Admission.Requests.WithLabelValues("unattributed", "batch", "ok")); v != 1 {
+		t.Errorf("admission requests{class=batch} = %v, want 1 (the rule's class)", v)
+	}
+	if resp, b = admPost(t, ps.URL+"/v1/chat/completions", chat("the integral of x"), nil); resp.StatusCode != 503 {
+		t.Fatalf("a pool without this worker: %d %s, want 503", resp.StatusCode, b)
+	}
+	if resp, b = admPost(t, ps.URL+"/v1/chat/completions", chat("the derivative of x"), nil); resp.StatusCode != 200 {
+		t.Fatalf("a pool with this worker: %d %s", resp.StatusCode, b)
+	}
+	mu.Lock()
+	got := strings.Join(seen, "|")
+	mu.Unlock()
+	if got != "rule=drafts|||" {
+		t.Fatalf("worker saw tags %q, want the rule's on the first and none after (the forged one stripped)", got)
+	}
+	for _, c := range []struct {
+		rule, action string
+		n            float64
+	}{{"secrets", "refuse", 2}, {"drafts", "tag", 1}, {"none", "none", 1}, {"reports", "class", 1}, {"elsewhere", "workers", 1}, {"here", "workers", 1}} {
+		if v := testutil.ToFloat64(ms.Classify.Decisions.WithLabelValues(c.rule, "none", c.action)); v != c.n {
+			t.Errorf("decisions{rule=%s,action=%s} = %v, want %v", c.rule, c.action, v, c.n)
+		}
+	}
+}
