@@ -86,7 +86,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		ReplayTimeout: cfg.Index.ReplayTimeout, ReconnectMin: cfg.Index.ReconnectMin, ReconnectMax: cfg.Index.ReconnectMax,
 		BindEndpoint: cfg.Index.BindEndpoint, TopicPattern: cfg.Index.TopicPattern, SweepEvery: cfg.Index.SweepInterval,
 		MaxMessageBytes: cfg.Index.MaxMessageBytes, ReplayBackoffMin: cfg.Index.ReplayBackoffMin, ReplayBackoffMax: cfg.Index.ReplayBackoffMax,
-		ReplayBufferFrames: cfg.Index.ReplayBufferFrames, ReplayBufferBytes: cfg.Index.ReplayBufferBytes})
+		ReplayBufferFrames: cfg.Index.ReplayBufferFrames, ReplayBufferBytes: cfg.Index.ReplayBufferBytes,
+		SilentAfter: cfg.Index.SilentAfter})
 	if err != nil {
 		return nil, fmt.Errorf("kv events: %w", err)
 	}
