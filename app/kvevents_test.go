@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 	"github.com/kvroute/kvroute/kvindex/kvevents"
 	"github.com/kvroute/kvroute/kvindex/kvtest"
 )
@@ -35,18 +35,7 @@ func TestKVEventsDriveThePick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{}) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Error("Run did not return")
-		}
-	})
-	<-a.Ready()
+	testrun.Start(t, a, Listeners{})
 
 	ids := make([]string, 64)
 	toks := make([]uint32, 64)

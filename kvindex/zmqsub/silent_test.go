@@ -19,8 +19,12 @@ type lockedBuf struct {
 	b  bytes.Buffer
 }
 
-func (l *lockedBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *lockedBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 type manualClock struct {
 	mu sync.Mutex
@@ -93,12 +97,12 @@ func TestSilentWorkerWarnedOnce(t *testing.T) {
 	}
 }
 
-// SilentAfter 0 disables the warning.
+// A negative SilentAfter disables the warning (config: index.silent_after 0).
 func TestSilentWarningDisabled(t *testing.T) {
 	log := &lockedBuf{}
 	c := &manualClock{t: time.Unix(1_800_000_000, 0)}
 	ix := kvindex.New(kvindex.Options{SpeculativeTTL: time.Minute, Now: c.Now})
-	m, err := New(Options{Index: ix, Logger: slog.New(slog.NewTextHandler(log, nil))})
+	m, err := New(Options{Index: ix, Logger: slog.New(slog.NewTextHandler(log, nil)), SilentAfter: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
