@@ -45,5 +45,7 @@
 // is FairQueue's (priority, then the Virtual Token Counter of Sheng et al., OSDI '24,
 // then FCFS), a pure core kvbench also runs in virtual time.
 //
-// Not done yet: stream_options.include_usage injection.
+// kvroute proxy asks streamed requests that name no stream_options for usage
+// (proxy.inject_include_usage, request.WithIncludeUsage) so that they settle on it; the
+// ext_proc front does not yet, and its streams without usage settle on counted content.
 package admission

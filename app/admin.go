@@ -6,6 +6,9 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/router"
 )
 
 // AdminHandler returns the admin HTTP surface. Every route is registered here:
@@ -13,7 +16,7 @@ import (
 //	GET /metrics         Prometheus metrics
 //	GET /healthz         liveness: 200 while the process runs
 //	GET /readyz          readiness: 200 once servers run and at least one worker is healthy (ready.go)
-//	GET /debug/workers   JSON: workers with bookings and scraped load, open in-flight tickets
+//	GET /debug/workers   JSON: workers with bookings, scraped load, index mode and last KV event age; open in-flight tickets
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one; ?limit=N≤1000&cursor=NAME: a page)
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template, path health and shadow check; workers in remote backoff
 //	POST /debug/tokenize/reset  return models the shadow check switched to remote to their paths (?model=NAME: one)
@@ -51,9 +54,30 @@ func (a *App) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte("ok\n"))
 }
 
+// workerView is one worker in GET /debug/workers: the router's view plus the health of
+// its KV events, from the index's per-worker summary (taken after the router's lock is
+// released, under the worker's index lock only long enough to copy counters).
+type workerView struct {
+	router.WorkerState
+	IndexMode string `json:"index_mode"` // exact, approximate, none (kvroute_index_mode)
+	KVEvents  bool   `json:"kv_events"`  // KV events expected
+	// EventsFailing: its last stored events failed to apply (kvindex.FailingAfter in a row)
+	EventsFailing bool `json:"kv_events_failing"`
+	// LastEventAge is the time since its last KV event batch was applied, seconds;
+	// null when none was.
+	LastEventAge *float64 `json:"last_kv_event_age_s"`
+}
+
 func (a *App) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 	ws, ts := a.Router.Snapshot()
-	writeJSON(w, http.StatusOK, map[string]any{"workers": ws, "in_flight": ts})
+	out := make([]workerView, len(ws))
+	for i, s := range ws {
+		out[i] = workerView{WorkerState: s, IndexMode: kvindex.ModeNone.String()}
+		if sum, ok := a.Index.Summary(s.Name); ok {
+			out[i].IndexMode, out[i].KVEvents, out[i].EventsFailing, out[i].LastEventAge = sum.Mode, sum.Events, sum.Failing, sum.LastEventAge
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": out, "in_flight": ts})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -89,7 +89,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		ReplayTimeout: cfg.Index.ReplayTimeout, ReconnectMin: cfg.Index.ReconnectMin, ReconnectMax: cfg.Index.ReconnectMax,
 		BindEndpoint: cfg.Index.BindEndpoint, TopicPattern: cfg.Index.TopicPattern, SweepEvery: cfg.Index.SweepInterval,
 		MaxMessageBytes: cfg.Index.MaxMessageBytes, ReplayBackoffMin: cfg.Index.ReplayBackoffMin, ReplayBackoffMax: cfg.Index.ReplayBackoffMax,
-		ReplayBufferFrames: cfg.Index.ReplayBufferFrames, ReplayBufferBytes: cfg.Index.ReplayBufferBytes})
+		ReplayBufferFrames: cfg.Index.ReplayBufferFrames, ReplayBufferBytes: cfg.Index.ReplayBufferBytes,
+		SilentAfter: silentAfter(cfg.Index.SilentAfter)})
 	if err != nil {
 		return nil, fmt.Errorf("kv events: %w", err)
 	}
@@ -430,4 +431,13 @@ func serveHTTP(s *http.Server, ln net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// silentAfter maps index.silent_after (0: no warning) to zmqsub.Options.SilentAfter
+// (0: the default, negative: no warning).
+func silentAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

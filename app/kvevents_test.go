@@ -1,6 +1,8 @@
 package app
 
 import (
+	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +69,32 @@ func TestKVEventsDriveThePick(t *testing.T) {
 	}
 	if out.Chosen != "b" || out.Workers[1].CachedTokens != 48 {
 		t.Fatalf("the pick must follow b's KV events (48 cached tokens): %+v", out)
+	}
+	// /debug/workers shows each worker's index mode and the age of its last KV event
+	// (issue 29): b's is a number, a (no event yet) has null.
+	rec = httptest.NewRecorder()
+	a.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/workers", nil))
+	var view struct {
+		Workers []struct {
+			Name         string   `json:"name"`
+			IndexMode    string   `json:"index_mode"`
+			KVEvents     bool     `json:"kv_events"`
+			LastEventAge *float64 `json:"last_kv_event_age_s"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &view); err != nil || len(view.Workers) != 2 {
+		t.Fatalf("/debug/workers: %v %s", err, rec.Body)
+	}
+	for _, w := range view.Workers {
+		switch w.Name {
+		case "a":
+			if w.LastEventAge != nil || w.IndexMode != "approximate" || !w.KVEvents {
+				t.Fatalf("a (no event yet): %+v", w)
+			}
+		case "b":
+			if w.LastEventAge == nil || *w.LastEventAge < 0 || w.IndexMode != "exact" {
+				t.Fatalf("b (events applied): %+v, last age %v", w, w.LastEventAge)
+			}
+		}
 	}
 }

@@ -52,6 +52,9 @@ type Index struct {
 	// 2 × index.max_message_bytes.
 	ReplayBufferFrames int   `mapstructure:"replay_buffer_frames"`
 	ReplayBufferBytes  int64 `mapstructure:"replay_buffer_bytes"`
+	// SilentAfter: a worker expecting KV events that has taken traffic this long without
+	// one gets a WARN log line (once) naming its endpoint and mode. 0 disables it.
+	SilentAfter time.Duration `mapstructure:"silent_after"`
 }
 
 func defaultIndex() Index {
@@ -71,6 +74,7 @@ func defaultIndex() Index {
 		MaxMessageBytes:  z.MaxMessageBytes,
 		ReplayBackoffMin: z.ReplayBackoffMin,
 		ReplayBackoffMax: z.ReplayBackoffMax,
+		SilentAfter:      z.SilentAfter,
 	}
 }
 
@@ -100,6 +104,8 @@ func (i Index) validate() error {
 		return fieldErr("index.replay_backoff_min", "must be > 0, got %s", i.ReplayBackoffMin)
 	case i.ReplayBackoffMax < i.ReplayBackoffMin:
 		return fieldErr("index.replay_backoff_max", "must be ≥ index.replay_backoff_min (%s), got %s", i.ReplayBackoffMin, i.ReplayBackoffMax)
+	case i.SilentAfter < 0:
+		return fieldErr("index.silent_after", "must be ≥ 0 (0 = no warning), got %s", i.SilentAfter)
 	case i.ReplayBufferFrames < 0:
 		return fieldErr("index.replay_buffer_frames", "must be ≥ 0 messages (0 = index.queue_size), got %d", i.ReplayBufferFrames)
 	case i.ReplayBufferBytes != 0 && i.ReplayBufferBytes < i.MaxMessageBytes:

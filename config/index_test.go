@@ -28,6 +28,7 @@ func TestIndexValidate(t *testing.T) {
 		"index.replay_backoff_max":   func(i *Index) { i.ReplayBackoffMax = time.Millisecond },
 		"index.replay_buffer_frames": func(i *Index) { i.ReplayBufferFrames = -1 },
 		"index.replay_buffer_bytes":  func(i *Index) { i.ReplayBufferBytes = 4096 }, // below one max message
+		"index.silent_after":         func(i *Index) { i.SilentAfter = -time.Second },
 	} {
 		i := defaultIndex()
 		mut(&i)

@@ -23,6 +23,11 @@ type Proxy struct {
 	// it); every other path is answered 404 by kvroute, so worker-admin routes
 	// (POST /reset_prefix_cache, /start_profile, ...) are not reachable through it.
 	Paths []string `mapstructure:"paths"`
+	// InjectIncludeUsage adds stream_options.include_usage=true to streamed chat and
+	// completions requests that name no stream_options, so that budgets settle and
+	// learning calibrates on the engine's usage (cached tokens included), and removes the
+	// usage-only chunk this adds from the client's stream.
+	InjectIncludeUsage bool `mapstructure:"inject_include_usage"`
 }
 
 // DefaultProxyPaths are the inference API paths forwarded by default: the OpenAI
@@ -34,7 +39,7 @@ var DefaultProxyPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1
 
 func defaultProxy() Proxy {
 	return Proxy{UpstreamHeaderTimeout: 10 * time.Minute, UpstreamIdleTimeout: 5 * time.Minute,
-		MaxIdleConnsPerHost: 256, Paths: append([]string(nil), DefaultProxyPaths...)}
+		MaxIdleConnsPerHost: 256, Paths: append([]string(nil), DefaultProxyPaths...), InjectIncludeUsage: true}
 }
 
 func (p Proxy) validate() error {

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -45,6 +46,7 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	}
 	r := w.rank(dpRank)
 	var stored, removed, bad int
+	var fail failNote
 	var byType [5]int // by kvevents.Type, then skipped
 	byType[kvevents.TypeUnknown] = b.Unknown
 	var cs counts // index-wide counter changes, applied once (flushed before clears)
@@ -60,9 +62,16 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 			w.groups[e.GroupIdx] = true
 			if e.Err != nil { // after the kind filter: a skipped group's event is never "bad"
 				bad++
+				fail.failed(w, "bad_event")
 				continue
 			}
-			stored += ix.storedLocked(w, r, e, now, &cs)
+			n, ok := ix.storedLocked(w, r, e, now, &cs)
+			stored += n
+			if ok {
+				fail.applied(w)
+			} else {
+				fail.failed(w, "unknown_parent")
+			}
 		case kvevents.TypeBlockRemoved:
 			if ok, known := w.groups[e.GroupIdx]; known && !ok {
 				byType[4]++
@@ -94,7 +103,9 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	}
 	ix.flush(&cs)
 	w.batches++
+	w.lastEvent, w.trafficSince = ix.opt.Now(), time.Time{}
 	ix.coverLocked(w)
+	logFail := fail.settle(w)
 	ix.modeLocked(w)
 	met := &w.met
 	met.entries.Set(float64(w.nEng + w.specLive))
@@ -115,6 +126,9 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 		ix.m.Anomalies.WithLabelValues(name, "bad_event").Add(float64(bad))
 	}
 	met.batchs.Inc()
+	if logFail {
+		ix.logFailing(name, fail)
+	}
 	if b.TS > 0 {
 		lag := float64(ix.opt.Now().UnixNano())/1e9 - b.TS
 		met.lag.Observe(max(lag, 0))
@@ -123,8 +137,9 @@ func (ix *Index) ApplyBatch(name string, dpRank int, b *kvevents.Batch) error {
 	return nil
 }
 
-// storedLocked applies one BlockStored and returns the blocks stored.
-func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32, c *counts) int {
+// storedLocked applies one BlockStored and returns the blocks stored; ok is false when
+// the event could not be applied (its parent is unknown).
+func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32, c *counts) (n int, ok bool) {
 	if e.BlockSize != w.blockSize {
 		ix.m.Anomalies.WithLabelValues(w.name, "block_size_mismatch").Inc()
 		if !w.mismatch {
@@ -144,7 +159,7 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32,
 		pe, ok := r.get(e.Parent.ID)
 		if !ok {
 			ix.m.Anomalies.WithLabelValues(w.name, "unknown_parent").Inc()
-			return 0
+			return 0, false
 		}
 		parent = pe.key
 	}
@@ -159,7 +174,7 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32,
 		parent = k
 	}
 	w.stored += len(e.BlockHashes)
-	return len(e.BlockHashes)
+	return len(e.BlockHashes), true
 }
 
 // storeLocked adds one reference of (rank, engine hash eh) → k in tier t.

@@ -16,6 +16,11 @@ type WorkerSummary struct {
 	Desynced      bool           `json:"desynced"`          // events lost, waiting for coverage
 	CoverLeft     int            `json:"cover_left_blocks"` // blocks still to store to leave approximate mode
 	SkippedGroups []int          `json:"skipped_groups,omitempty"`
+	// Failing: its last FailingAfter or more BlockStored events failed to apply.
+	Failing bool `json:"failing"`
+	// LastEventAge is the time since its last event batch was applied, seconds; nil
+	// when none was.
+	LastEventAge *float64 `json:"last_event_age_s"`
 }
 
 // Summary returns worker's debug summary, or false for an unknown worker. It holds the
@@ -31,6 +36,11 @@ func (ix *Index) Summary(name string) (WorkerSummary, bool) {
 	s := WorkerSummary{Worker: w.name, Model: w.seedModel, BlockSize: w.blockSize, Mode: ix.modeLocked(w).String(),
 		Events: w.info.Events, BlockCapacity: w.info.BlockCapacity, Ranks: map[int]int{}, ByTier: map[string]int{},
 		EngineEntries: w.nEng, Speculative: w.specLive, Batches: w.batches, Desynced: w.desyncGen != 0}
+	s.Failing = w.failing
+	if !w.lastEvent.IsZero() {
+		age := ix.opt.Now().Sub(w.lastEvent).Seconds()
+		s.LastEventAge = &age
+	}
 	if s.Desynced {
 		s.CoverLeft = max(w.staleUntil-w.stored, 0)
 	}

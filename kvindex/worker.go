@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -54,9 +55,19 @@ type worker struct {
 	staleUntil int    // stored blocks needed after a desync to cover the cache
 	stored     int    // blocks stored since the last desync
 	mismatch   bool   // block size mismatch logged
-	lastMode   Mode
-	removed    bool
-	met        workerMetrics
+	// failRun counts the BlockStored events in a row that could not be applied (unknown
+	// parent, or fields that disagree); at FailingAfter the worker is failing (not exact)
+	// until one applies. failLogged: the failure was logged (once per worker).
+	failRun    int
+	failing    bool
+	failLogged bool
+	// lastEvent is when the last batch was applied (zero: never); trafficSince is the
+	// first booking after it (zero: none since), for Silent.
+	lastEvent    time.Time
+	trafficSince time.Time
+	lastMode     Mode
+	removed      bool
+	met          workerMetrics
 }
 
 // workerMetrics are w's metric children, resolved once (label lookups cost more than
@@ -208,7 +219,7 @@ func (ix *Index) Mode(name string) Mode {
 func (ix *Index) modeLocked(w *worker) Mode {
 	m := ModeNone
 	switch {
-	case w.desyncGen != 0:
+	case w.desyncGen != 0 || w.failing:
 		m = ModeApproximate
 	case w.info.Events && w.batches > 0:
 		m = ModeExact
@@ -242,7 +253,11 @@ func (ix *Index) Speculate(name string, keys []Key) { ix.book(name, keys, false)
 // book is Speculate; with track it returns the keys whose speculative holder it created
 // (for Withdraw).
 func (ix *Index) book(name string, keys []Key, track bool) Booking {
-	if ix.opt.SpeculativeTTL <= 0 || len(keys) == 0 {
+	if len(keys) == 0 {
+		return Booking{}
+	}
+	if ix.opt.SpeculativeTTL <= 0 {
+		ix.noteTraffic(name)
 		return Booking{}
 	}
 	w := ix.worker(name)
@@ -260,6 +275,7 @@ func (ix *Index) book(name string, keys []Key, track bool) Booking {
 		w.mu.Unlock()
 		return Booking{}
 	}
+	ix.trafficLocked(w)
 	exp := now + uint32(ix.opt.SpeculativeTTL.Milliseconds())
 	flags := uint16(fSpec)
 	if w.noExpiry() {

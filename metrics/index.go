@@ -28,7 +28,7 @@ type Index struct {
 	// closed — a publisher gone or restarted, or a message part over
 	// index.max_message_bytes (dropped unread).
 	Disconnects *prometheus.CounterVec
-	// DroppedMessages (reason: unmatched_topic, malformed_frame): bind-mode messages
+	// DroppedMessages (reason: unmatched_topic, ambiguous_host, malformed_frame): bind-mode messages
 	// attributed to no worker.
 	DroppedMessages *prometheus.CounterVec
 	// ReplayBackoffs (worker): gaps not replayed because the worker's replay endpoint
@@ -71,7 +71,7 @@ func newIndex(reg prometheus.Registerer) *Index {
 		QueueDrops: cv("queue_drops_total", "KV event messages dropped because the worker's queue was full (a resync follows).", "worker"),
 		Reconnects: cv("reconnects_total", "KV event sockets re-created after an error or a closed publisher connection, per worker.", "worker"),
 		Mode: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "mode",
-			Help: "1 for the worker's current index mode (exact: events in sync; approximate: speculative or out of sync; none), 0 otherwise."}, []string{"worker", "mode"})),
+			Help: "1 for the worker's current index mode (exact: events in sync; approximate: speculative, out of sync, or its stored events failing to apply; none), 0 otherwise."}, []string{"worker", "mode"})),
 		WorkerEntries: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "worker_entries",
 			Help: "Blocks the index holds for a worker (confirmed engine entries + speculative)."}, []string{"worker"})),
 		LagSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub, Name: "event_lag_seconds",
@@ -82,7 +82,7 @@ func newIndex(reg prometheus.Registerer) *Index {
 		Evictions: cv("evictions_total", "Entries evicted by reason (memory: cap reached; capacity: approximate worker over its block capacity; expired: speculative TTL).", "reason"),
 
 		Disconnects:     cv("disconnects_total", "KV event publisher connections closed by ZMQ (publisher gone or restarted, or a message part over index.max_message_bytes, dropped unread), per worker (\"\": the bind-mode socket).", "worker"),
-		DroppedMessages: cv("dropped_messages_total", "Bind-mode KV event messages attributed to no worker, by reason (unmatched_topic, malformed_frame).", "reason"),
+		DroppedMessages: cv("dropped_messages_total", "Bind-mode KV event messages attributed to no worker, by reason (unmatched_topic, ambiguous_host: a bare host several workers share, malformed_frame).", "reason"),
 		ReplayBackoffs:  cv("replay_backoffs_total", "Sequence gaps not replayed because the worker's replay endpoint failed recently (exponential backoff); the worker goes approximate.", "worker"),
 		ReplaysPending: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub, Name: "replays_pending",
 			Help: "Data-parallel ranks of a worker with a replay in flight (live frames meanwhile wait in the reorder buffer)."}, []string{"worker"})),

@@ -51,6 +51,9 @@ func admissionProxy(t *testing.T, mod func(*config.Admission)) (*httptest.Server
 	}
 	px := config.Default().Proxy
 	px.Paths = append(px.Paths, "/v1/messages") // an Anthropic journey below (not a default path)
+	// These tests pin settlement of streams that carry no usage, so kvroute must not ask
+	// for it (TestIncludeUsageInjectedAndStripped covers the default).
+	px.InjectIncludeUsage = false
 	srv := httptest.NewServer(New(Options{Router: r, Config: config.Default().ExtProc, Proxy: px, Metrics: ms, Admission: adm}))
 	t.Cleanup(srv.Close)
 	return srv, adm, ms

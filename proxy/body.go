@@ -60,6 +60,13 @@ func (b *trackedBody) Close() error {
 	return err
 }
 
+// strippedBody is the client's view of a tracked body from which the usage-only
+// chunk kvroute asked for is removed.
+type strippedBody struct {
+	io.Reader
+	io.Closer
+}
+
 // statusRecorder remembers the status for the metrics; Unwrap keeps Flush working
 // through http.ResponseController (what ReverseProxy uses).
 type statusRecorder struct {

@@ -159,7 +159,10 @@ type flight struct {
 	counter      *response.Tracker
 	req          *request.Request
 	mayRetry     bool // first attempt: a connect failure may be retried on another worker
-	retry        bool // set by errorHandler: nothing was written, pick again
+	// stripUsage: kvroute asked for usage on the client's behalf (request.WithIncludeUsage),
+	// so the usage-only chunk is removed from what the client sees
+	stripUsage bool
+	retry      bool // set by errorHandler: nothing was written, pick again
 
 	// Upstream watchdog: armed with the header timeout when the attempt starts, re-armed
 	// with the idle timeout by the response headers and every body read. When it fires,
@@ -259,6 +262,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route.Set(tracing.Model(req.Model))
+	var stripUsage bool
+	if h.opt.Proxy.InjectIncludeUsage {
+		body, stripUsage = request.WithIncludeUsage(body, req)
+	}
 	var cd classify.Decision
 	if h.opt.Classify != nil { // off: nothing built, nothing run
 		if cd, err = front.Classify(h.opt.Classify, route, classify.Input{Path: r.URL.Path, Tenant: id.Tenant, Header: r.Header.Get, Req: req}); err != nil {
@@ -292,7 +299,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		t := pk.Ticket
 		route.Set(t.TraceAttributes()...)
-		f = &flight{Flight: front.Flight{Ticket: t, Grant: g, Route: route, Aborts: h.m.Aborts}, grant: g, req: req, mayRetry: attempt == 0, tags: cd.Header}
+		f = &flight{Flight: front.Flight{Ticket: t, Grant: g, Route: route, Aborts: h.m.Aborts}, grant: g, req: req, mayRetry: attempt == 0,
+			tags: cd.Header, stripUsage: stripUsage}
 		h.attempt(rec, r, f, body)
 		if !f.retry {
 			return
@@ -454,6 +462,12 @@ func (h *handler) modifyResponse(resp *http.Response) error {
 	f.counter = tr
 	resp.Body = &trackedBody{rc: resp.Body, f: f, h: h, status: resp.StatusCode, tr: tr, ctx: resp.Request.Context(),
 		inference: f.req.API != request.APIOther}
+	if f.stripUsage && sse {
+		// The tracker reads the usage chunk; the client gets the stream without it.
+		resp.Body = strippedBody{response.NewUsageStripper(resp.Body), resp.Body}
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+	}
 	if wh := h.opt.Config.WorkerHeader; wh != "" {
 		resp.Header.Set(wh, f.Ticket.Worker)
 	}

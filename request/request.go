@@ -71,6 +71,8 @@ type Request struct {
 
 	Stream       bool // "stream": true → SSE response
 	IncludeUsage bool // stream_options.include_usage
+	// HasStreamOptions: the body names stream_options, whatever it holds (null too).
+	HasStreamOptions bool
 	// MaxTokens is the output token limit (max_completion_tokens, max_tokens); 0 when absent.
 	MaxTokens int
 	CacheSalt string // vLLM cache_salt: isolates the prefix cache namespace
@@ -201,7 +203,7 @@ func ParseBounded(api API, body []byte, maxElems int) (*Request, error) {
 				return nil, err
 			}
 		case "stream_options":
-			r.IncludeUsage = false
+			r.IncludeUsage, r.HasStreamOptions = false, true
 			if v.IsNull() {
 				continue
 			}

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +79,10 @@ type Options struct {
 	// ReplayBufferBytes below MaxMessageBytes is raised to it (one message always fits).
 	ReplayBufferFrames int
 	ReplayBufferBytes  int64
+	// SilentAfter: a worker that expects KV events and has taken traffic (router
+	// bookings) for this long without one event batch gets one WARN log line naming its
+	// endpoint and mode (checked every SweepEvery). 0 means 1m; negative disables it.
+	SilentAfter time.Duration
 
 	// reconnectWait (tests only; nil otherwise) is told each wait before a socket is
 	// re-created: the worker ("" for the bind-mode socket), rank, whether the socket
@@ -100,7 +105,7 @@ func DefaultOptions() Options {
 	return Options{QueueSize: 4096, ReplayTimeout: 2 * time.Second, ReconnectMin: 100 * time.Millisecond,
 		ReconnectMax: 5 * time.Second, TopicPattern: "kv@{addr}@{model}", SweepEvery: time.Second,
 		PollInterval: 100 * time.Millisecond, MaxMessageBytes: DefaultMaxMessageBytes,
-		ReplayBackoffMin: time.Second, ReplayBackoffMax: time.Minute}
+		ReplayBackoffMin: time.Second, ReplayBackoffMax: time.Minute, SilentAfter: time.Minute}
 }
 
 // Manager runs the subscriptions of every registered worker. It implements
@@ -119,8 +124,10 @@ type Manager struct {
 	byHost map[string][]string   // worker address host (IP) → names, for bind mode; guarded by mu
 	// unmatched: topics already logged as attributed to no worker (bounded); guarded by mu
 	unmatched map[string]bool
-	wg        sync.WaitGroup
-	bound     chan string // bind mode: the endpoint actually bound (resolved port)
+	// silentWarned: workers already warned about as silent (SilentAfter); guarded by mu
+	silentWarned map[string]bool
+	wg           sync.WaitGroup
+	bound        chan string // bind mode: the endpoint actually bound (resolved port)
 	// expireReplays (tests only; nil otherwise): a receive ends the replay exchange
 	// that gets it as if its ReplayTimeout had passed.
 	expireReplays chan struct{}
@@ -165,6 +172,9 @@ func New(opt Options) (*Manager, error) {
 	if opt.PollInterval <= 0 {
 		opt.PollInterval = def.PollInterval
 	}
+	if opt.SilentAfter == 0 {
+		opt.SilentAfter = def.SilentAfter
+	}
 	if opt.MaxMessageBytes <= 0 {
 		opt.MaxMessageBytes = def.MaxMessageBytes
 	}
@@ -188,7 +198,7 @@ func New(opt Options) (*Manager, error) {
 	}
 	return &Manager{opt: opt, ix: opt.Index, m: opt.Metrics, log: opt.Logger, topic: re,
 		subs: map[string]*workerSub{}, byAddr: map[string]string{}, byHost: map[string][]string{},
-		unmatched: map[string]bool{}, bound: make(chan string, 1)}, nil
+		unmatched: map[string]bool{}, silentWarned: map[string]bool{}, bound: make(chan string, 1)}, nil
 }
 
 // CompileTopicPattern turns a pattern with {addr} and optional {model} placeholders
@@ -266,6 +276,7 @@ func (m *Manager) WorkerRemoved(w *workers.Worker) {
 	m.mu.Lock()
 	s := m.subs[w.Name]
 	delete(m.subs, w.Name)
+	delete(m.silentWarned, w.Name)
 	if s != nil {
 		m.forgetAddrLocked(s.w)
 	}
@@ -333,6 +344,7 @@ loop:
 			break loop
 		case <-tk.C:
 			m.ix.Sweep()
+			m.checkSilent()
 		}
 	}
 	m.wg.Wait()
@@ -377,8 +389,9 @@ const maxLoggedTopics = 1024
 
 // dispatch hands a bind-mode message to the worker its topic names: by address
 // (host:port), else by host alone when exactly one worker has that host (publishers
-// often put only the pod IP in the topic). Anything else is counted as
-// unmatched_topic and logged once per topic.
+// often put only the pod IP in the topic). A bare host that several workers share is
+// counted as ambiguous_host, anything else as unmatched_topic; each is logged once per
+// topic.
 func (m *Manager) dispatch(f frame) {
 	var addr string
 	if g := m.topic.FindStringSubmatch(f.topic); g != nil {
@@ -386,11 +399,14 @@ func (m *Manager) dispatch(f frame) {
 	}
 	m.mu.Lock()
 	var s *workerSub
+	var sharing []string // workers sharing the topic's bare host, when several do
 	if addr != "" {
 		s = m.subs[m.byAddr[addr]]
 		if s == nil {
 			if names := m.byHost[hostOf(addr)]; len(names) == 1 {
 				s = m.subs[names[0]]
+			} else if len(names) > 1 {
+				sharing = append(sharing, names...)
 			}
 		}
 	}
@@ -401,6 +417,16 @@ func (m *Manager) dispatch(f frame) {
 	m.mu.Unlock()
 	if s != nil {
 		s.enqueue(f)
+		return
+	}
+	if sharing != nil {
+		m.m.DroppedMessages.WithLabelValues("ambiguous_host").Inc()
+		if logIt {
+			sort.Strings(sharing)
+			m.log.Warn("kvindex: bind-mode KV event topic names an ambiguous host, shared by several workers; messages dropped",
+				"topic", f.topic, "host", hostOf(addr), "workers", sharing, "expected", m.opt.TopicPattern,
+				"hint", "put the worker's address as host:port in the topic (e.g. POD_IP set to ip:port)")
+		}
 		return
 	}
 	m.m.DroppedMessages.WithLabelValues("unmatched_topic").Inc()

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,9 +215,14 @@ func TestBindModeDPRankFromPayload(t *testing.T) {
 }
 
 // Issue 11 item 6: a topic naming only the worker's IP is attributed when exactly one
-// worker has that IP; anything else is counted as unmatched_topic.
+// worker has that IP; an IP two workers share is counted and logged as an ambiguous
+// host (issue 29), anything else as unmatched_topic.
 func TestUnmatchedTopics(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.BindEndpoint = "tcp://127.0.0.1:*" })
+	log := &lockedBuf{}
+	h := newHarness(t, func(o *Options) {
+		o.BindEndpoint = "tcp://127.0.0.1:*"
+		o.Logger = slog.New(slog.NewTextHandler(log, nil))
+	})
 	ep := h.mgr.BoundEndpoint(t.Context())
 	byIP := newPublisher(t, kvtest.Options{Endpoint: ep, Connect: true, Topic: "kv@10.0.0.1@m"})
 	shared := newPublisher(t, kvtest.Options{Endpoint: ep, Connect: true, Topic: "kv@10.0.0.2@m"})
@@ -226,19 +233,32 @@ func TestUnmatchedTopics(t *testing.T) {
 		&workers.Worker{Name: "b2", Address: "10.0.0.2:8001", Models: []string{"m"}},
 	)
 	h.connected("a", byIP)
-	dropped := h.ms.DroppedMessages.WithLabelValues("unmatched_topic")
-	for _, p := range []*kvtest.Publisher{shared, stranger} {
+	for _, c := range []struct {
+		p      *kvtest.Publisher
+		reason string
+	}{{shared, "ambiguous_host"}, {stranger, "unmatched_topic"}} {
+		dropped := h.ms.DroppedMessages.WithLabelValues(c.reason)
 		before := testutil.ToFloat64(dropped)
 		h.eventually(func() bool {
-			_, _ = p.Publish(storedBatch(0, 1, 1, nil))
+			_, _ = c.p.Publish(storedBatch(0, 1, 1, nil))
 			time.Sleep(5 * time.Millisecond)
 			return testutil.ToFloat64(dropped) > before
-		}, "unmatched topic never counted")
+		}, "%s never counted", c.reason)
 	}
 	for _, w := range []string{"b1", "b2"} {
 		if s, _ := h.ix.Summary(w); s.Batches != 0 {
 			t.Fatalf("%s got a message whose topic names an IP two workers share", w)
 		}
+	}
+	out := log.String()
+	for _, want := range []string{`topic names an ambiguous host`, `topic=kv@10.0.0.2@m`, `workers="[b1 b2]"`, "ip:port",
+		`topic matches no worker`, `topic=kv@10.9.9.9:1@m`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "matches no worker; messages dropped\" topic=kv@10.0.0.2") {
+		t.Fatalf("the shared host is reported as matching no worker:\n%s", out)
 	}
 }
 
