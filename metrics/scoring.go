@@ -26,6 +26,11 @@ type Scoring struct {
 	// Picks counts decisions by policy and reason (best, tie, slo, degraded, explore, policy).
 	// Shed requests and explain (dry-run) picks are not counted.
 	Picks *prometheus.CounterVec
+	// AdapterPicks counts picks of LoRA requests by the chosen worker's adapter state
+	// (label state: loaded, free_slot — loaded into a free slot —, evict — loaded in
+	// place of an idle adapter —, blocked — every slot held by running adapters). Explain
+	// (dry-run) picks are not counted.
+	AdapterPicks *prometheus.CounterVec
 	// Shed counts requests refused because even the best prediction exceeded the limit.
 	Shed *prometheus.CounterVec
 	// CachedTokensError is |engine-reported cached_tokens − index-predicted cached tokens|
@@ -64,6 +69,8 @@ func newScoring(reg prometheus.Registerer) *Scoring {
 			Name: "term_factor_ratio", Help: "Learned multiplier on a TTFT term's prior (queue, lower_tier, decode_interference); 1 = prior."}, []string{"worker", "term"})),
 		Observations: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "observations_total", Help: "First-token observations offered for learning, by result (learned, clipped, skipped)."}, []string{"worker", "result"})),
+		AdapterPicks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "adapter_picks_total", Help: "Picks of LoRA-adapter requests by the chosen worker's adapter state (loaded, free_slot, evict, blocked)."}, []string{"state"})),
 		Picks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "picks_total", Help: "Scoring decisions by policy and reason (best, tie, slo, degraded, explore, policy)."}, []string{"policy", "reason"})),
 		Shed: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
