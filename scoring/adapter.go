@@ -154,3 +154,14 @@ func (wm *workerModel) recordAdapter(in *Input, c *Candidate) {
 	}
 	wm.adapters.touch(in.Adapter, in.Now)
 }
+
+// displacement is the price, beyond its own TTFT, of a pick that loads the adapter in
+// place of another: the evicted adapter's next request pays a load (the same argument
+// as the cache-turnover price, for adapter slots), seconds at the learned factor theta.
+// A load into a free slot or a wait for a running slot displaces nothing.
+func displacement(o *Options, s AdapterState, theta float64) float64 {
+	if s != AdapterEvict {
+		return 0
+	}
+	return theta * o.AdapterLoadTime.Seconds()
+}

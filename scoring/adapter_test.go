@@ -132,3 +132,23 @@ func TestLoRAAffinityBaseline(t *testing.T) {
 		t.Fatalf("picked the saturated holder")
 	}
 }
+
+// Loading into a free slot and in place of an idle adapter cost this request the same
+// load; the eviction also costs the evicted adapter's next request one, so the free
+// slot wins (with some queue too, up to the load time).
+func TestPickPrefersAFreeSlotToAnEviction(t *testing.T) {
+	p := NewPredictor(Options{Rand: seeded(1), AdapterLoadTime: 500 * time.Millisecond}, true)
+	full := loraCand("a", 2, nil, nil)
+	full.Load.Adapters.Waiting = nil
+	p.Pick(adapterInput("y", t0.Add(-2*time.Second)), []Candidate{full}) // a holds y and z, both idle by now
+	p.Pick(adapterInput("z", t0.Add(-time.Second)), []Candidate{full})
+	free := loraCand("b", 2, nil, nil)
+	free.Booked = Booked{Requests: 1, Prefilling: 1, PrefillTokens: 1500} // 0.3 s of queue
+	in := adapterInput("x", t0.Add(time.Second))
+	if s := adapterState(in, &full, p.workers["a"].adapters); s != AdapterEvict {
+		t.Fatalf("a: %v, want evict", s)
+	}
+	if d := p.Pick(in, []Candidate{full, free}); d.Index != 1 {
+		t.Fatalf("picked %d: the eviction's displaced reload (0.5 s) outweighs 0.3 s of queue", d.Index)
+	}
+}

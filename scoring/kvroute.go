@@ -235,6 +235,7 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		if p.o.CacheTurnover {
 			cost[i] += time.Duration((1 + k) * p.turnover(in, &cands[i], writes[i], tau, st[i].rate) * float64(time.Second))
 		}
+		cost[i] += time.Duration(displacement(&p.o, st[i].adapter, st[i].theta[TermAdapter]) * float64(time.Second))
 	}
 	d := choose(&p.o, in, cands, preds, cost, st, writes)
 	if p.learn && p.o.ExploreFraction > 0 && len(cands) > 1 && !d.Shed && d.Reason != ReasonDegraded && d.Reason != ReasonSLO &&

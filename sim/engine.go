@@ -34,6 +34,7 @@ type Output struct {
 	Finished     bool // the request generated MaxTokens tokens and left the engine
 	Generated    int  // tokens generated so far
 	CachedTokens int  // prefix-cache hit at first scheduling, tokens (usage cached_tokens)
+	LoRALoaded   bool // the request's adapter was loaded for it (a slot miss), on its first output
 }
 
 // Stats is the engine's own view of itself (what /metrics exports).
@@ -62,6 +63,7 @@ type seq struct {
 	generated int
 	cached    int  // prefix hit at first scheduling
 	admitted  bool // scheduled at least once
+	loaded    bool // its adapter was loaded for it
 }
 
 // Engine is the state machine of one vLLM engine core: requests wait, are scheduled
@@ -288,6 +290,7 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 		e.waiting = append(e.waiting[:wi], e.waiting[wi+1:]...)
 		if e.useLoRA(s.req.LoRA) {
 			loads++
+			s.loaded = true
 		}
 		for _, id := range hit {
 			e.pool.touch(id)
@@ -337,6 +340,7 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 		tok := genToken(s.req.ID, s.generated)
 		s.tokens = append(s.tokens, tok)
 		o := Output{Req: s.req, Token: tok, Sampled: true, First: s.generated == 1, Generated: s.generated, CachedTokens: s.cached}
+		o.LoRALoaded = o.First && s.loaded
 		if s.generated >= s.req.MaxTokens {
 			o.Finished = true
 			e.pool.release(s.blocks)
