@@ -1,15 +1,14 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 	"github.com/kvroute/kvroute/kvindex"
 )
 
@@ -45,19 +44,7 @@ func TestDebugIndexAndKVEventsLifecycle(t *testing.T) {
 	resp.Body.Close()
 
 	// Run starts the subscriber manager and returns on cancel.
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{}) }()
-	<-a.Ready()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
+	testrun.Start(t, a, Listeners{})() // stop: Run must return nil after the cancel
 }
 
 // Issue 10 item 3: the listing is paginated (limit ≤ 1000, cursor = the previous page's

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -35,9 +36,7 @@ func TestRunStartsDNSDiscovery(t *testing.T) {
 	}
 	ch := make(changes, 100)
 	a.Registry.Subscribe(ch)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{}) }()
+	stop := testrun.Start(t, a, Listeners{})
 	deadline := time.After(10 * time.Second)
 	for {
 		w, ok := a.Registry.Get("127.0.0.1:18000")
@@ -56,10 +55,7 @@ func TestRunStartsDNSDiscovery(t *testing.T) {
 			t.Fatalf("localhost was never discovered; registry: %v", a.Registry.All())
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stop()
 }
 
 func TestRunFailsWhenKubernetesIsUnreachable(t *testing.T) {

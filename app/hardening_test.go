@@ -2,7 +2,6 @@ package app
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 )
 
 // runApp starts an App with proxy and admin listeners on loopback; it stops at cleanup.
@@ -21,19 +21,8 @@ func runApp(t *testing.T, cfg config.Config) (a *App, proxyAddr, adminAddr strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{Proxy: pl, Admin: al}) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-a.Ready()
+	pl, al := testrun.Listen(t), testrun.Listen(t)
+	testrun.Start(t, a, Listeners{Proxy: pl, Admin: al})
 	return a, pl.Addr().String(), al.Addr().String()
 }
 

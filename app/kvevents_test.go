@@ -1,12 +1,12 @@
 package app
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 	"github.com/kvroute/kvroute/kvindex/kvevents"
 	"github.com/kvroute/kvroute/kvindex/kvtest"
 )
@@ -33,18 +33,7 @@ func TestKVEventsDriveThePick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{}) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Error("Run did not return")
-		}
-	})
-	<-a.Ready()
+	testrun.Start(t, a, Listeners{})
 
 	ids := make([]string, 64)
 	toks := make([]uint32, 64)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 	"github.com/kvroute/kvroute/peers"
 	"github.com/kvroute/kvroute/sim"
 )
@@ -47,35 +48,16 @@ func simWorkers(t *testing.T, n int) ([]*sim.Worker, []string) {
 }
 
 type replicaApp struct {
-	once   sync.Once
-	a      *App
-	url    string
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func (r *replicaApp) stop(t *testing.T) {
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-			t.Error("replica did not shut down")
-		}
-	})
+	a    *App
+	url  string
+	stop func() // testrun.Start's: cancel, wait for Run, fail on its error
 }
 
 // startReplicas runs n kvroute Apps (proxy front) over the same workers; with share
 // they list each other (and themselves) in peers.static.
 func startReplicas(t *testing.T, n int, share bool, workerAddrs []string) []*replicaApp {
 	t.Helper()
-	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ln
-	}
+	listen := func() net.Listener { return testrun.Listen(t) }
 	peerLns := make([]net.Listener, n)
 	var static []string
 	for i := range peerLns {
@@ -104,17 +86,8 @@ func startReplicas(t *testing.T, n int, share bool, workerAddrs []string) []*rep
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		r := &replicaApp{a: a, url: "http://" + ls.Proxy.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-		go func() { r.done <- a.Run(ctx, ls) }()
-		<-a.Ready()
-		out = append(out, r)
+		out = append(out, &replicaApp{a: a, url: "http://" + ls.Proxy.Addr().String(), stop: testrun.Start(t, a, ls)})
 	}
-	t.Cleanup(func() {
-		for _, r := range out {
-			r.stop(t)
-		}
-	})
 	return out
 }
 
@@ -280,7 +253,7 @@ func TestKilledReplicaBookingsDropped(t *testing.T) {
 			return testutil.ToFloat64(r.a.Metrics.Peers.BookingsImported) == 6
 		})
 	}
-	reps[2].stop(t)
+	reps[2].stop()
 	for _, r := range reps[:2] {
 		waitUntil(t, "replica 2's bookings dropped", func() bool {
 			return testutil.ToFloat64(r.a.Metrics.Peers.BookingsImported) == 0 && len(r.a.Router.PeerBookings()) == 0 &&

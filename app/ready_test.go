@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 	"github.com/kvroute/kvroute/kvindex/kvevents"
 )
 
@@ -24,20 +24,8 @@ func runHealthApp(t *testing.T, cfg *config.Config) (*App, healthpb.HealthClient
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{ExtProc: ln}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	<-a.Ready()
+	ln := testrun.Listen(t)
+	testrun.Start(t, a, Listeners{ExtProc: ln})
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,6 @@
 package app
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 )
 
 // App.Run starts the vLLM /metrics scraper: a worker's scraped load appears in the
@@ -31,13 +30,7 @@ func TestRunScrapesWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{Admin: ln}) }()
+	stop := testrun.Start(t, a, Listeners{Admin: testrun.Listen(t)})
 	deadline := time.After(30 * time.Second)
 	for a.Registry.Load("w").ScrapedAt.IsZero() {
 		select {
@@ -49,8 +42,5 @@ func TestRunScrapesWorkers(t *testing.T) {
 	if l := a.Registry.Load("w"); l.Waiting != 4 || l.Running != 2 || l.KVUsage != 0.5 {
 		t.Fatalf("scraped load %+v", l)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 )
 
 // testPKI writes a CA, a server certificate for 127.0.0.1 and a client certificate
@@ -86,15 +87,8 @@ func TestExtProcMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, Listeners{ExtProc: ln}) }()
-	defer func() { cancel(); <-done }()
-	<-a.Ready()
+	ln := testrun.Listen(t)
+	testrun.Start(t, a, Listeners{ExtProc: ln})
 	check := func(certs []tls.Certificate) error {
 		creds := credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12})
 		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(creds))

@@ -3,6 +3,8 @@ package config
 import (
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/workers"
 )
 
 // Discovery configures where workers come from besides the static list. With a mode
@@ -61,7 +63,7 @@ type DNSDiscovery struct {
 func defaultDiscovery() Discovery {
 	return Discovery{
 		Mode:            "static",
-		RefreshInterval: 30 * time.Second,
+		RefreshInterval: workers.DefaultDNSInterval,
 		Kubernetes:      KubernetesDiscovery{HTTPPortName: "http", KVEventsPortName: "kv-events"},
 		DNS:             DNSDiscovery{HTTPPort: 8000, KVEventsPort: 5557},
 	}

@@ -3,6 +3,8 @@ package config
 import (
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/kvindex/zmqsub"
 )
 
 // Index configures the KV prefix index and its KV event subscriptions.
@@ -53,21 +55,22 @@ type Index struct {
 }
 
 func defaultIndex() Index {
+	z := zmqsub.DefaultOptions() // each default is written once, in the package that uses it
 	return Index{
 		SpeculativeTTL: 30 * time.Second,
 		MaxBytes:       1 << 30,
-		QueueSize:      4096,
-		ReplayTimeout:  2 * time.Second,
-		ReconnectMin:   100 * time.Millisecond,
-		ReconnectMax:   5 * time.Second,
-		TopicPattern:   "kv@{addr}@{model}",
+		QueueSize:      z.QueueSize,
+		ReplayTimeout:  z.ReplayTimeout,
+		ReconnectMin:   z.ReconnectMin,
+		ReconnectMax:   z.ReconnectMax,
+		TopicPattern:   z.TopicPattern,
 		SpecKinds:      []string{"full_attention"},
-		SweepInterval:  time.Second,
+		SweepInterval:  z.SweepEvery,
 		// the largest legitimate batch (a 1M-token context stored in one step) is ~6 MB;
 		// see zmqsub.DefaultMaxMessageBytes
-		MaxMessageBytes:  32 << 20,
-		ReplayBackoffMin: time.Second,
-		ReplayBackoffMax: time.Minute,
+		MaxMessageBytes:  z.MaxMessageBytes,
+		ReplayBackoffMin: z.ReplayBackoffMin,
+		ReplayBackoffMax: z.ReplayBackoffMax,
 	}
 }
 

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvroute/kvroute/peers"
 )
 
 // Peers configures the exchange of bookings between kvroute replicas (package peers).
@@ -54,8 +56,8 @@ type PeersK8s struct {
 
 func defaultPeers() Peers {
 	return Peers{RefreshInterval: 10 * time.Second, DNS: PeersDNS{Port: 9004}, Kubernetes: PeersK8s{PortName: "peers"},
-		Interval: 25 * time.Millisecond, SilenceTimeout: 3 * time.Second, MaxMessageBytes: 4 << 20,
-		MaxKeysPerWorker: 16384, MaxPeers: 64}
+		Interval: peers.DefaultInterval, SilenceTimeout: peers.DefaultSilenceTimeout, MaxMessageBytes: peers.DefaultMaxMessageBytes,
+		MaxKeysPerWorker: peers.DefaultMaxKeysPerWorker, MaxPeers: peers.DefaultMaxPeers}
 }
 
 // Enabled reports whether this replica exchanges bookings with peers.

@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvroute/kvroute/router"
+)
 
 // Router configures the router core.
 type Router struct {
@@ -12,7 +16,7 @@ type Router struct {
 }
 
 func defaultRouter() Router {
-	return Router{TicketTTL: 10 * time.Minute, DefaultBlockSize: 16, MaxPromptTokens: 131072}
+	return Router{TicketTTL: router.DefaultTicketTTL, DefaultBlockSize: router.DefaultBlockSize, MaxPromptTokens: router.DefaultMaxPromptTokens}
 }
 
 func (r Router) validate() error {

@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers"
 )
 
 // Scoring configures the TTFT predictor, the picker, the baselines and the vLLM
 // /metrics scraper. The meaning of each value (and of 0 where a default applies) is
-// documented on scoring.Options; the defaults are set here, once.
+// documented on scoring.Options; the defaults come from scoring.DefaultOptions.
 type Scoring struct {
 	// Policy selects the picker: "kvroute" (predicted TTFT, learned) or one of
 	// scoring.PolicyNames (kvroute_static, baselines).
@@ -108,17 +109,21 @@ type Scrape struct {
 	FailuresBeforeUnhealthy int `mapstructure:"failures_before_unhealthy"`
 }
 
+// defaultScoring takes every default from scoring.DefaultOptions and workers' scrape
+// defaults: each is written once, in the package that uses it.
 func defaultScoring() Scoring {
-	return Scoring{Policy: "kvroute", PrefillTokensPerSecond: 5000, Overhead: 20 * time.Millisecond,
-		CPUTierTokensPerSecond: 100000, DiskTierTokensPerSecond: 20000, DecodeInterference: 200 * time.Microsecond,
-		BatchTokens: 8192, ForeignRequestTokens: 1024, LoadHalfLife: 2 * time.Second,
-		AdapterLoadTime: 200 * time.Millisecond, AdapterSlotWait: 2 * time.Second,
-		TieMargin: 0.1, TieMarginMin: time.Millisecond, WriteHalfLife: 30 * time.Second, RetryAfterMax: 30 * time.Second,
-		Forgetting: 0.99, ClampFactor: 20, ResidualClip: 0.5,
-		CongestionMax: 8, FactorHalfLife: time.Minute, ExploreFraction: 0.01,
-		Baselines: ScoringBaselines{DynamoOverlapWeight: 1, SGLCacheThreshold: 0.3, SGLBalanceAbs: 64, SGLBalanceRel: 1.5,
-			SaturationQueue: 5, SaturationKV: 0.8, SaturationTokens: 32768, GIEBlockChars: 64},
-		Scrape: Scrape{Interval: time.Second, FailuresBeforeUnhealthy: 3},
+	d := scoring.DefaultOptions()
+	b := d.Baselines
+	return Scoring{Policy: scoring.PolicyKVRoute, PrefillTokensPerSecond: d.PrefillTokensPerSecond, Overhead: d.Overhead,
+		CPUTierTokensPerSecond: d.CPUTierTokensPerSecond, DiskTierTokensPerSecond: d.DiskTierTokensPerSecond,
+		DecodeInterference: d.DecodeInterference, BatchTokens: d.BatchTokens, ForeignRequestTokens: d.ForeignRequestTokens,
+		LoadHalfLife: d.LoadHalfLife, AdapterLoadTime: d.AdapterLoadTime, AdapterSlotWait: d.AdapterSlotWait, TieMargin: d.TieMargin, TieMarginMin: d.TieMarginMin, WriteHalfLife: d.WriteHalfLife,
+		RetryAfterMax: d.RetryAfterMax, Forgetting: d.Forgetting, ClampFactor: d.ClampFactor, ResidualClip: d.ResidualClip,
+		CongestionMax: d.CongestionMax, FactorHalfLife: d.FactorHalfLife, ExploreFraction: d.ExploreFraction,
+		Baselines: ScoringBaselines{DynamoOverlapWeight: b.DynamoOverlap, SGLCacheThreshold: b.SGLCacheThreshold,
+			SGLBalanceAbs: b.SGLBalanceAbs, SGLBalanceRel: b.SGLBalanceRel, SaturationQueue: b.SaturationQueue,
+			SaturationKV: b.SaturationKV, SaturationTokens: b.SaturationTokens, GIEBlockChars: b.GIEBlockChars},
+		Scrape: Scrape{Interval: workers.DefaultScrapeInterval, FailuresBeforeUnhealthy: workers.DefaultFailuresBeforeUnhealthy},
 	}
 }
 

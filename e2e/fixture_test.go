@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/app"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/internal/testrun"
 	"github.com/kvroute/kvroute/sim"
 )
 
@@ -79,31 +78,13 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		t.Fatal(err)
 	}
 	f.app = a
-	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ln
-	}
-	ls := app.Listeners{Admin: listen()}
+	ls := app.Listeners{Admin: testrun.Listen(t)}
 	if o.proxy {
-		ls.Proxy = listen()
+		ls.Proxy = testrun.Listen(t)
 	} else {
-		ls.ExtProc = listen()
+		ls.ExtProc = testrun.Listen(t)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, ls) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("kvroute did not shut down")
-		}
-	})
-	<-a.Ready()
+	testrun.Start(t, a, ls)
 	f.adminURL = "http://" + ls.Admin.Addr().String()
 	if o.proxy {
 		f.url = "http://" + ls.Proxy.Addr().String()

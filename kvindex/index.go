@@ -130,13 +130,17 @@ type Index struct {
 	evictCursor                  atomic.Uint32
 }
 
+// DefaultBlockSize is the KV block size, in tokens, of a model whose Options give none:
+// vLLM's default --block-size (16) on GPUs.
+const DefaultBlockSize = 16
+
 // New returns an empty Index.
 func New(opt Options) *Index {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
 	if opt.DefaultBlockSize <= 0 {
-		opt.DefaultBlockSize = 16
+		opt.DefaultBlockSize = DefaultBlockSize
 	}
 	if opt.SpecKinds == nil {
 		opt.SpecKinds = []string{"full_attention"}

@@ -36,6 +36,13 @@ type Model struct {
 // common open models), 8,192 blocks at block size 16.
 const DefaultMaxPromptTokens = 131072
 
+// Router defaults for zero Options fields (config.Default takes its router section
+// from them, so each is written once, here).
+const (
+	DefaultBlockSize = kvindex.DefaultBlockSize // tokens per KV block (vLLM --block-size)
+	DefaultTicketTTL = 10 * time.Minute         // see Options.TicketTTL
+)
+
 // PrefixIndex is the part of the KV index the router uses. *kvindex.Index implements it.
 type PrefixIndex interface {
 	// Lookup appends each worker's cached leading prefix for keys to dst.
@@ -161,10 +168,10 @@ func New(opt Options) *Router {
 		opt.Policy = &scoring.Simple{}
 	}
 	if opt.DefaultBlockSize <= 0 {
-		opt.DefaultBlockSize = 16
+		opt.DefaultBlockSize = DefaultBlockSize
 	}
 	if opt.TicketTTL <= 0 {
-		opt.TicketTTL = 10 * time.Minute
+		opt.TicketTTL = DefaultTicketTTL
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.NewUnregistered()

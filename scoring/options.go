@@ -169,6 +169,15 @@ type Baselines struct {
 	SGLMaxTreeChars   int     // SGLang max tree size per worker, characters; 0 → 1<<24
 }
 
+// DefaultOptions returns the value each zero field of Options takes (Rand and Metrics
+// stay nil). config.Default takes its scoring section from it, so each default is
+// written once, in withDefaults.
+func DefaultOptions() Options {
+	o := Options{Rand: rand.New(rand.NewPCG(0, 0))}.withDefaults()
+	o.Rand = nil
+	return o
+}
+
 func (o Options) withDefaults() Options {
 	def := func(v *float64, d float64) {
 		if *v == 0 {

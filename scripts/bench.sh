@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: the routing-quality scoreboard (issue 12) in kvbench's virtual time.
+# make bench: the routing-quality scoreboard in kvbench's virtual time.
 # Every workload of bench.ScoreboardRows — shared prefix uniform and hot (Zipf 1.2) at
 # 1-4 req/s, multi-turn light to saturated, the Mooncake trace at 1x/2x/3x (when
 # $TRACE exists), a heterogeneous pool, a mid-run slowdown, the GuideLLM-like closed

@@ -7,7 +7,11 @@
 #   - README.md over 250 lines or BENCHMARKS.md over 500 lines;
 #   - an absolute machine path (/work/, /root/, /home/, /tmp/, /Users/) or a path into
 #     ../shared in README.md, BENCHMARKS.md, CONTRIBUTING.md or docs/: every command a
-#     reader is told to run must work from a clean clone.
+#     reader is told to run must work from a clean clone;
+#   - a Go file outside tests over 600 lines (generated files, marked "Code generated
+#     ... DO NOT EDIT.", excepted): split it by what each part owns;
+#   - a Go file outside tests that cites an issue number or ../shared in place of the
+#     upstream source (a vLLM file, an Envoy doc, a paper) or the reason itself.
 set -uo pipefail
 dir=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$dir" || exit 2
@@ -45,6 +49,18 @@ if [ -n "$docs" ]; then
     echo "$hits" | sed 's/^/  /' >&2
   fi
 fi
+
+MAX_GO_LINES=600
+while IFS= read -r f; do
+  [ -f "$f" ] || continue
+  head -c 4096 -- "$f" | grep -qE '^// Code generated .* DO NOT EDIT\.$' && continue
+  n=$(wc -l <"$f")
+  [ "$n" -le "$MAX_GO_LINES" ] || bad "$f has $n lines (a Go file outside tests holds at most $MAX_GO_LINES: split it by what each part owns)"
+  if hits=$(grep -nE '[Ii]ssues? #?[0-9]+|\.\./shared' -- "$f"); then
+    bad "$f cites an issue or ../shared (cite the upstream source or say it in place):"
+    echo "$hits" | sed 's/^/  /' >&2
+  fi
+done < <(git ls-files -- '*.go' | grep -v '_test\.go$')
 
 [ "$fail" -eq 0 ] && echo "check-tree: ok"
 exit "$fail"

@@ -102,6 +102,12 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
+// Scrape defaults for zero ScrapeOptions fields (config.Default takes them from here).
+const (
+	DefaultScrapeInterval          = time.Second
+	DefaultFailuresBeforeUnhealthy = 3
+)
+
 // ScrapeOptions configures a Scraper. Zero values take the documented defaults.
 type ScrapeOptions struct {
 	Interval time.Duration // between rounds; 0 → 1 s
@@ -147,13 +153,13 @@ type Scraper struct {
 // NewScraper returns a scraper over reg; nothing runs until Run or ScrapeOnce.
 func NewScraper(reg *Registry, o ScrapeOptions) *Scraper {
 	if o.Interval <= 0 {
-		o.Interval = time.Second
+		o.Interval = DefaultScrapeInterval
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = min(o.Interval, 5*time.Second)
 	}
 	if o.FailuresBeforeUnhealthy <= 0 {
-		o.FailuresBeforeUnhealthy = 3
+		o.FailuresBeforeUnhealthy = DefaultFailuresBeforeUnhealthy
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: o.Timeout}

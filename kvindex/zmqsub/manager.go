@@ -94,6 +94,15 @@ type Options struct {
 // step; raise it for larger contexts.
 const DefaultMaxMessageBytes = 32 << 20
 
+// DefaultOptions returns the defaults New gives each zero field (config.Default takes
+// its index section from them, so each default is written once, here).
+func DefaultOptions() Options {
+	return Options{QueueSize: 4096, ReplayTimeout: 2 * time.Second, ReconnectMin: 100 * time.Millisecond,
+		ReconnectMax: 5 * time.Second, TopicPattern: "kv@{addr}@{model}", SweepEvery: time.Second,
+		PollInterval: 100 * time.Millisecond, MaxMessageBytes: DefaultMaxMessageBytes,
+		ReplayBackoffMin: time.Second, ReplayBackoffMax: time.Minute}
+}
+
 // Manager runs the subscriptions of every registered worker. It implements
 // workers.Listener; subscribe it to the registry. Safe for concurrent use.
 type Manager struct {
@@ -131,38 +140,39 @@ func New(opt Options) (*Manager, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	def := DefaultOptions()
 	if opt.QueueSize <= 0 {
-		opt.QueueSize = 4096
+		opt.QueueSize = def.QueueSize
 	}
 	if opt.ReplayTimeout <= 0 {
-		opt.ReplayTimeout = 2 * time.Second
+		opt.ReplayTimeout = def.ReplayTimeout
 	}
 	if opt.ReconnectMin <= 0 {
-		opt.ReconnectMin = 100 * time.Millisecond
+		opt.ReconnectMin = def.ReconnectMin
 	}
 	if opt.ReconnectMax <= 0 {
-		opt.ReconnectMax = 5 * time.Second
+		opt.ReconnectMax = def.ReconnectMax
 	}
 	if opt.ReconnectMax < opt.ReconnectMin {
 		opt.ReconnectMax = opt.ReconnectMin
 	}
 	if opt.TopicPattern == "" {
-		opt.TopicPattern = "kv@{addr}@{model}"
+		opt.TopicPattern = def.TopicPattern
 	}
 	if opt.SweepEvery <= 0 {
-		opt.SweepEvery = time.Second
+		opt.SweepEvery = def.SweepEvery
 	}
 	if opt.PollInterval <= 0 {
-		opt.PollInterval = 100 * time.Millisecond
+		opt.PollInterval = def.PollInterval
 	}
 	if opt.MaxMessageBytes <= 0 {
-		opt.MaxMessageBytes = DefaultMaxMessageBytes
+		opt.MaxMessageBytes = def.MaxMessageBytes
 	}
 	if opt.ReplayBackoffMin <= 0 {
-		opt.ReplayBackoffMin = time.Second
+		opt.ReplayBackoffMin = def.ReplayBackoffMin
 	}
 	if opt.ReplayBackoffMax <= 0 {
-		opt.ReplayBackoffMax = time.Minute
+		opt.ReplayBackoffMax = def.ReplayBackoffMax
 	}
 	opt.ReplayBackoffMax = max(opt.ReplayBackoffMax, opt.ReplayBackoffMin)
 	if opt.ReplayBufferFrames <= 0 {
