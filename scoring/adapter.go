@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -87,7 +88,7 @@ func adapterState(in *Input, c *Candidate, used adapterUse) AdapterState {
 			if c := used[y].Compare(used[x]); c != 0 {
 				return c // most recent first
 			}
-			return compareStrings(x, y)
+			return strings.Compare(x, y)
 		})
 		for _, n := range recent {
 			if len(resident) >= a.MaxLoRAs {
@@ -110,16 +111,6 @@ func adapterState(in *Input, c *Candidate, used adapterUse) AdapterState {
 		return AdapterBlocked
 	}
 	return AdapterEvict
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // adapterCost is the prior time state adds to the request's TTFT, seconds: one

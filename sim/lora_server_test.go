@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -20,25 +19,17 @@ func TestWorkerServesLoRAModules(t *testing.T) {
 	p := testProfile()
 	p.StepOverhead, p.PrefillPerToken, p.DecodePerSeq = time.Millisecond, 1000, 1000
 	p.NumBlocks, p.MaxLoRAs, p.LoRALoadTime = 8192, 2, time.Millisecond
-	w, err := NewWorker(WorkerOptions{Profile: p, Model: "m", Seed: 7, LoRAModules: []string{"sql", "chat"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Runner.Run(ctx); close(done) }()
-	srv := httptest.NewServer(w)
-	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	w, url := startWorkerWith(t, WorkerOptions{Profile: p, Model: "m", Seed: 7, LoRAModules: []string{"sql", "chat"}})
 
-	resp := post(t, srv.URL+"/v1/completions", `{"model":"sql","prompt":[5,6,7,8],"max_tokens":2}`)
+	resp := post(t, url+"/v1/completions", `{"model":"sql","prompt":[5,6,7,8],"max_tokens":2}`)
 	body := readAll(t, resp)
 	if resp.StatusCode != 200 || !strings.Contains(body, `"model":"sql"`) {
 		t.Fatalf("adapter request: %d %s", resp.StatusCode, body)
 	}
-	if resp := post(t, srv.URL+"/v1/completions", `{"model":"nope","prompt":[5],"max_tokens":1}`); resp.StatusCode != 404 {
+	if resp := post(t, url+"/v1/completions", `{"model":"nope","prompt":[5],"max_tokens":1}`); resp.StatusCode != 404 {
 		t.Fatalf("unknown adapter: %d, want 404", resp.StatusCode)
 	}
-	mresp, err := http.Get(srv.URL + "/v1/models")
+	mresp, err := http.Get(url + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +38,9 @@ func TestWorkerServesLoRAModules(t *testing.T) {
 	}
 
 	// While a long chat-adapter request streams, the scrape lists chat running.
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/completions",
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions",
 		strings.NewReader(`{"model":"chat","prompt":[9,10,11],"max_tokens":100000,"stream":true}`))
 	req.Header.Set("Content-Type", "application/json")
 	sresp, err := http.DefaultClient.Do(req)
@@ -58,7 +51,7 @@ func TestWorkerServesLoRAModules(t *testing.T) {
 	sc := bufio.NewScanner(sresp.Body)
 	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") {
 	}
-	l := scrape(t, srv.URL)
+	l := scrape(t, url)
 	if a := l.Adapters; a.MaxLoRAs != 2 || !slices.Equal(a.Running, []string{"chat"}) || len(a.Waiting) != 0 {
 		t.Fatalf("scraped adapters %+v, want running [chat], max 2", a)
 	}
