@@ -18,7 +18,7 @@ type Scoring struct {
 	// Overhead is the learned fixed per-request time (label worker), seconds.
 	Overhead *prometheus.GaugeVec
 	// Factor is a learned dimensionless multiplier on a term's prior (labels worker, term:
-	// queue, lower_tier, decode_interference). 1 means the prior was right.
+	// queue, lower_tier, decode_interference, adapter). 1 means the prior was right.
 	Factor *prometheus.GaugeVec
 	// Observations counts observations offered for learning (labels worker, result:
 	// learned, clipped — learned with a clipped residual —, skipped).
@@ -66,7 +66,7 @@ func newScoring(reg prometheus.Registerer) *Scoring {
 		Overhead: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "overhead_seconds", Help: "Learned fixed per-request time to first token."}, w)),
 		Factor: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "term_factor_ratio", Help: "Learned multiplier on a TTFT term's prior (queue, lower_tier, decode_interference); 1 = prior."}, []string{"worker", "term"})),
+			Name: "term_factor_ratio", Help: "Learned multiplier on a TTFT term's prior (queue, lower_tier, decode_interference, adapter); 1 = prior."}, []string{"worker", "term"})),
 		Observations: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "observations_total", Help: "First-token observations offered for learning, by result (learned, clipped, skipped)."}, []string{"worker", "result"})),
 		AdapterPicks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,

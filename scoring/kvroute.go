@@ -427,7 +427,7 @@ func (p *Predictor) Observe(o Observation) {
 		if c.PrefillTokensPerSecond > 0 && !math.IsInf(c.PrefillTokensPerSecond, 0) {
 			p.m.PrefillRate.WithLabelValues(o.Worker).Set(c.PrefillTokensPerSecond)
 		}
-		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode} {
+		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode, TermAdapter} {
 			p.m.Factor.WithLabelValues(o.Worker, t.String()).Set(c.Factors[t])
 		}
 	}
@@ -496,7 +496,7 @@ func (p *Predictor) WorkerRemoved(w *workers.Worker) {
 		for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.PrefillRate, m.Overhead, m.PredictedTTFT, m.ObservedTTFT, m.APE} {
 			v.DeleteLabelValues(w.Name)
 		}
-		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode} {
+		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode, TermAdapter} {
 			m.Factor.DeleteLabelValues(w.Name, t.String())
 		}
 		for _, r := range []string{"learned", "clipped", "skipped"} {
