@@ -32,6 +32,7 @@ type ExplainWorker struct {
 	QueueSeconds    float64        `json:"queue_seconds"`
 	PrefillSeconds  float64        `json:"prefill_seconds"`
 	OverheadSeconds float64        `json:"overhead_seconds"`
+	AdapterSeconds  float64        `json:"adapter_seconds,omitempty"` // loading the request's LoRA adapter there (docs/lora.md)
 	PredictedTTFT   float64        `json:"predicted_ttft_seconds"`
 	Chosen          bool           `json:"chosen"`
 }
@@ -141,6 +142,7 @@ func explainResponse(policy string, api request.API, ex *router.Explanation) Exp
 			p := d.Predictions[i]
 			ew.QueueSeconds, ew.PrefillSeconds, ew.OverheadSeconds, ew.PredictedTTFT =
 				p.Queue.Seconds(), p.Prefill.Seconds(), p.Overhead.Seconds(), p.TTFT.Seconds()
+			ew.AdapterSeconds = p.Adapter.Seconds()
 		}
 		if ew.Chosen {
 			out.Chosen = c.Worker.Name

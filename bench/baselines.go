@@ -30,9 +30,15 @@ func newPolicy(name string, r *rand.Rand, batchTokens int, peerState, cacheTurno
 	return nil, err
 }
 
-// PolicyNames returns scoring.PolicyNames plus bench's own baselines missing from it.
+// PolicyNames returns scoring.PolicyNames plus bench's own baselines missing from it,
+// less the adapter-affinity baseline (the same as llmd_prefix_affinity without adapters).
 func PolicyNames() []string {
-	out := append([]string(nil), scoring.PolicyNames...)
+	var out []string
+	for _, n := range scoring.PolicyNames {
+		if n != scoring.PolicyLoRAAffinity { // LoRA rows and --workload lora run it (LoRAPolicies)
+			out = append(out, n)
+		}
+	}
 	for _, c := range clientPolicies {
 		found := false
 		for _, n := range out {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,13 @@ type Row struct {
 	Known    bool // registry knows the true speeds
 	Seeds    int
 	SLO      time.Duration
+	// LoRA rows (lora.go): the engines' --max-loras and adapter load time, the policies
+	// the row runs (nil: the run's), and the goal's second half: fewer adapter loads per
+	// 1,000 requests than every peer.
+	MaxLoRAs   int
+	LoRALoad   time.Duration
+	Policies   []string
+	FewerLoads bool
 }
 
 // ScoreboardOptions selects the scoreboard's rows.
@@ -170,6 +178,7 @@ func ScoreboardRows(o ScoreboardOptions) []Row {
 	rows = append(rows, Row{Key: "slowdown", Name: "slowdown: 8 × l40s-27b, worker 0 3× slower from minute 2, multi-turn 2 conv/s",
 		Goal: GoalLead, Workload: multiTurn(pool), Arrivals: "poisson:2", Workers: 8, Profile: "l40s-27b",
 		Slow: []Slowdown{{Worker: 0, At: 2 * time.Minute, Factor: 3}}, Seeds: seeds(15), SLO: slo})
+	rows = append(rows, loraRows(seeds, slo)...)
 	gl := SharedPrefixOptions{Prefixes: 8, PrefixTokens: 6000, SuffixTokens: 200, OutputTokens: 256, Requests: 300}
 	rows = append(rows, Row{Key: "guidellm", Name: "GuideLLM-like closed loop (29 streams, 8 × 6k prefixes, 256 output)",
 		Goal: GoalLevel, Workload: sharedPrefix(gl), Arrivals: "streams:29", Workers: 3, Profile: "l40s-27b", Seeds: seeds(15), SLO: slo})
@@ -241,10 +250,19 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 		err  error
 	}
 	var jobs []job
+	for _, r := range rows {
+		for _, p := range r.Policies {
+			if !slices.Contains(policies, p) {
+				policies = append(policies, p)
+			}
+		}
+	}
 	for ri, r := range rows {
 		for s := 1; s <= max(r.Seeds, 1); s++ {
-			for pi := range policies {
-				jobs = append(jobs, job{ri, s, pi})
+			for pi, p := range policies {
+				if r.Policies == nil || slices.Contains(r.Policies, p) {
+					jobs = append(jobs, job{ri, s, pi})
+				}
 			}
 		}
 	}
@@ -288,6 +306,7 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 				if err == nil {
 					var prof sim.Profile
 					if prof, err = sim.LookupProfile(r.Profile); err == nil {
+						prof.MaxLoRAs, prof.LoRALoadTime = r.MaxLoRAs, r.LoRALoad
 						var rs []Result
 						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: policies[j.pol], Arrivals: a,
 							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover, UtilizationBacklog: o.UtilizationBacklog})
@@ -337,6 +356,9 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 	for i := range results {
 		for _, p := range policies {
 			ss := results[i].Summaries[p]
+			if len(ss) == 0 {
+				continue // a policy the row does not run
+			}
 			sort.Slice(ss, func(a, b int) bool { return ss[a].Seed < ss[b].Seed })
 			results[i].Agg = append(results[i].Agg, AggregateSeeds(ss))
 		}
@@ -411,6 +433,9 @@ func (r *RowResult) Judge() Verdict {
 		v.Met = false
 		v.Misses = append(v.Misses, fmt.Sprintf("p90 > %.0f %% worse", 100*(LevelTolerance-1)))
 	}
+	if r.Row.FewerLoads {
+		v.judgeLoads(r)
+	}
 	if !math.IsNaN(v.VsStatic) && v.VsStatic > LevelTolerance {
 		v.Met = false
 		v.Misses = append(v.Misses, "behind kvroute_static")
@@ -455,6 +480,9 @@ func WriteScoreboard(w io.Writer, rs []RowResult, elapsed time.Duration, command
 		met := "yes"
 		if !v.Met {
 			met = "**no**: " + strings.Join(v.Misses, "; ")
+		}
+		if r.Row.FewerLoads {
+			met += loadsNote(r, &v)
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s |\n", r.Name, r.Goal, seeds, kvp90,
 			policyName(v.BestP90), peerp90, fmtRatio(v.P50), policyName(v.BestP50), fmtRatio(v.P90), fmtRatio(v.P99), policyName(v.BestP99),

@@ -74,6 +74,8 @@ type SeedSummary struct {
 	Goodput  Spread `json:"goodput_rpm"`
 	HitRatio Spread `json:"cache_hit_ratio"`
 	PredMAE  Spread `json:"prediction_mae_s"`
+	// AdapterLoads is LoRA adapter loads per 1,000 requests (LoRA workloads).
+	AdapterLoads Spread `json:"adapter_loads_per_1k"`
 }
 
 // AggregateSeeds summarizes one policy's per-seed summaries (all of the same policy
@@ -100,6 +102,7 @@ func AggregateSeeds(ss []Summary) SeedSummary {
 	out.E2Ep99 = col(func(s Summary) float64 { return s.E2Ep99 })
 	out.Goodput = col(func(s Summary) float64 { return s.Goodput })
 	out.HitRatio = col(func(s Summary) float64 { return s.HitRatio })
+	out.AdapterLoads = col(func(s Summary) float64 { return s.AdapterLoadsPer1k })
 	out.PredMAE = col(func(s Summary) float64 {
 		if s.PredMAE == 0 {
 			return math.NaN()

@@ -24,6 +24,8 @@ type Result struct {
 	Tenant string        `json:"tenant,omitempty"`
 	Class  string        `json:"class,omitempty"`
 	Queued time.Duration `json:"queued_ns,omitempty"`
+	// AdapterLoad: the worker loaded the request's LoRA adapter for it (virtual runs).
+	AdapterLoad bool `json:"adapter_load,omitempty"`
 }
 
 // Percentile returns the p-th percentile (0..100) of xs by linear interpolation
@@ -47,30 +49,31 @@ func Percentile(xs []float64, p float64) float64 {
 
 // Summary is the per-policy report.
 type Summary struct {
-	Policy     string         `json:"policy"`
-	Arrivals   string         `json:"arrivals"`
-	Seed       uint64         `json:"seed,omitempty"` // set by multi-seed runs
-	Requests   int            `json:"requests"`
-	Errors     int            `json:"errors"`
-	TTFTp50    float64        `json:"ttft_p50_s"`
-	TTFTp90    float64        `json:"ttft_p90_s"`
-	TTFTp99    float64        `json:"ttft_p99_s"`
-	E2Ep50     float64        `json:"e2e_p50_s"`
-	E2Ep99     float64        `json:"e2e_p99_s"`
-	ITLp50     float64        `json:"itl_p50_s"`
-	Goodput    float64        `json:"goodput_rpm"`                    // requests per minute meeting the TTFT SLO
-	SLO        float64        `json:"slo_ttft_s"`                     // the SLO used
-	SLOMet     float64        `json:"slo_met_frac"`                   // fraction of requests meeting it
-	Throughput float64        `json:"throughput_rpm"`                 // completed requests per minute
-	HitRatio   float64        `json:"cache_hit_ratio"`                // cached / prompt tokens
-	HitBound   float64        `json:"cache_hit_bound"`                // infinite single cache over the same workload
-	HitPooled  float64        `json:"cache_hit_pooled_lru,omitempty"` // one LRU cache of the cluster's total capacity (virtual runs)
-	LoadCV     float64        `json:"load_cv"`                        // coefficient of variation of requests per worker
-	PerWorker  map[string]int `json:"requests_per_worker,omitempty"`
-	PredMAE    float64        `json:"prediction_mae_s,omitempty"`      // mean |predicted − observed| TTFT
-	PredMedRel float64        `json:"prediction_median_rel,omitempty"` // median |pred − obs| / obs
-	DurationS  float64        `json:"duration_s"`
-	Results    []Result       `json:"results,omitempty"`
+	Policy            string         `json:"policy"`
+	Arrivals          string         `json:"arrivals"`
+	Seed              uint64         `json:"seed,omitempty"` // set by multi-seed runs
+	Requests          int            `json:"requests"`
+	Errors            int            `json:"errors"`
+	TTFTp50           float64        `json:"ttft_p50_s"`
+	TTFTp90           float64        `json:"ttft_p90_s"`
+	TTFTp99           float64        `json:"ttft_p99_s"`
+	E2Ep50            float64        `json:"e2e_p50_s"`
+	E2Ep99            float64        `json:"e2e_p99_s"`
+	ITLp50            float64        `json:"itl_p50_s"`
+	Goodput           float64        `json:"goodput_rpm"`                    // requests per minute meeting the TTFT SLO
+	SLO               float64        `json:"slo_ttft_s"`                     // the SLO used
+	SLOMet            float64        `json:"slo_met_frac"`                   // fraction of requests meeting it
+	Throughput        float64        `json:"throughput_rpm"`                 // completed requests per minute
+	HitRatio          float64        `json:"cache_hit_ratio"`                // cached / prompt tokens
+	HitBound          float64        `json:"cache_hit_bound"`                // infinite single cache over the same workload
+	HitPooled         float64        `json:"cache_hit_pooled_lru,omitempty"` // one LRU cache of the cluster's total capacity (virtual runs)
+	LoadCV            float64        `json:"load_cv"`                        // coefficient of variation of requests per worker
+	PerWorker         map[string]int `json:"requests_per_worker,omitempty"`
+	AdapterLoadsPer1k float64        `json:"adapter_loads_per_1k,omitempty"`  // LoRA adapter loads per 1,000 requests (virtual runs)
+	PredMAE           float64        `json:"prediction_mae_s,omitempty"`      // mean |predicted − observed| TTFT
+	PredMedRel        float64        `json:"prediction_median_rel,omitempty"` // median |pred − obs| / obs
+	DurationS         float64        `json:"duration_s"`
+	Results           []Result       `json:"results,omitempty"`
 }
 
 // Summarize computes the summary of results. slo is the TTFT objective; bound the
@@ -84,8 +87,11 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	var ttft, e2e, itl, absErr, relErr []float64
 	var prompt, cached int
 	var first, last time.Duration = -1, 0
-	met := 0
+	met, loads := 0, 0
 	for _, r := range rs {
+		if r.AdapterLoad {
+			loads++
+		}
 		if first < 0 || r.Start < first {
 			first = r.Start
 		}
@@ -128,6 +134,9 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	}
 	if prompt > 0 {
 		s.HitRatio = float64(cached) / float64(prompt)
+	}
+	if loads > 0 {
+		s.AdapterLoadsPer1k = 1000 * float64(loads) / float64(len(rs))
 	}
 	if len(absErr) > 0 {
 		var sum float64

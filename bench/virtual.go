@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -193,6 +194,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	}
 	names := WorkerNames(o.Workers)
 	nrep := max(o.Replicas, 1)
+	adapters := w.Adapters()
 	reps := make([]*replicaState, nrep)
 	for ri := range reps {
 		reg := workers.NewRegistry()
@@ -202,7 +204,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if o.KnownSpeeds {
 				known = o.speed(i)
 			}
-			ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{prof.Model},
+			ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: append([]string{prof.Model}, adapters...),
 				Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond() * known, DecodeTokensPerSecond: prof.DecodeTokensPerSecond() * known,
 					Overhead: time.Duration(float64(prof.StepOverhead)/known) + prof.RequestOverhead, BlockCapacity: prof.NumBlocks}})
 		}
@@ -227,7 +229,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			}
 		}
 		rt := router.New(router.Options{Registry: reg, Index: ix, Policy: pol, Now: clock.Now,
-			Models:     []router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}},
+			Models:     append([]router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}, adapterModels(adapters, prof)...),
 			Saturation: router.Saturation{BatchTokens: prof.MaxBatchTokens, MaxNumSeqs: prof.MaxNumSeqs}})
 		reps[ri] = &replicaState{reg: reg, ix: ix, feeder: feeder, rt: rt, from: map[int]map[string]*peerImport{}}
 	}
@@ -288,7 +290,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if out.First {
 				st.first = now
 				r.TTFT = now.Sub(st.sent)
-				r.CachedTokens = out.CachedTokens
+				r.CachedTokens, r.AdapterLoad = out.CachedTokens, out.LoRALoaded
 				st.ticket.FirstToken(now)
 			}
 			if out.Finished {
@@ -346,7 +348,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		if fq != nil {
 			fq.Charge(st.tenant, float64(t.PromptTokens)) // VTC: prompt served at dispatch
 		}
-		if err := engines[t.Worker].Submit(&sim.Request{ID: fmt.Sprintf("req-%d", i), Prompt: st.toks, MaxTokens: w.Items[i].MaxTokens, Tag: st}); err != nil {
+		if err := engines[t.Worker].Submit(&sim.Request{ID: fmt.Sprintf("req-%d", i), Prompt: st.toks, MaxTokens: w.Items[i].MaxTokens, LoRA: w.Items[i].Adapter, Tag: st}); err != nil {
 			t.Abort()
 			fail(st, err.Error())
 		}
@@ -400,7 +402,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		r := &results[i]
 		*r = Result{Index: i, Start: now.Sub(virtualStart), PromptTokens: len(toks)}
 		st := &state{idx: i, sent: now, chain: chain, pos: pos, toks: toks,
-			req: &request.Request{API: request.APICompletions, Model: prof.Model, PromptTokenIDs: [][]uint32{toks}, MaxTokens: it.MaxTokens, Stream: true}}
+			req: &request.Request{API: request.APICompletions, Model: cmp.Or(it.Adapter, prof.Model), PromptTokenIDs: [][]uint32{toks}, MaxTokens: it.MaxTokens, Stream: true}}
 		if fq == nil {
 			dispatch(st)
 			return
@@ -450,7 +452,8 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		for _, n := range names {
 			s := engines[n].Engine.Stats()
 			for _, rp := range reps {
-				rp.reg.SetLoad(n, workers.Load{Waiting: float64(s.Waiting), Running: float64(s.Running), KVUsage: s.KVUsage, ScrapedAt: clock.Now()})
+				rp.reg.SetLoad(n, workers.Load{Waiting: float64(s.Waiting), Running: float64(s.Running), KVUsage: s.KVUsage, ScrapedAt: clock.Now(),
+					Adapters: scrapedAdapters(s, prof)})
 			}
 		}
 		if remaining > 0 {

@@ -32,6 +32,8 @@ type Item struct {
 	Prompt    []uint32
 	MaxTokens int    // output tokens, generated with ignore_eos
 	Group     string // label, e.g. the shared prefix used
+	// Adapter is the LoRA adapter the request names as its model ("" the base model).
+	Adapter string
 }
 
 // EngineTokens returns the token ids the simulated engine computes for it: the prompt,

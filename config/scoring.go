@@ -38,6 +38,11 @@ type Scoring struct {
 	// WriteHalfLife: half-life of each worker's recent cache writes (the near-tie break
 	// that places new prefixes where the cache turns over slowest).
 	WriteHalfLife time.Duration `mapstructure:"write_half_life"`
+	// AdapterLoadTime is the prior time a worker takes to load a LoRA adapter it does
+	// not hold; AdapterSlotWait the prior wait for a slot when all its max_loras slots
+	// hold adapters with running requests (scoring/adapter.go).
+	AdapterLoadTime time.Duration `mapstructure:"adapter_load_time"`
+	AdapterSlotWait time.Duration `mapstructure:"adapter_slot_wait"`
 	// MaxTTFT sheds (429) requests whose best prediction exceeds it; 0 disables.
 	MaxTTFT time.Duration `mapstructure:"max_ttft"`
 	// ShedOnSLOMiss sheds requests whose x-slo-ttft-ms no worker is predicted to meet.
@@ -112,7 +117,7 @@ func defaultScoring() Scoring {
 	return Scoring{Policy: scoring.PolicyKVRoute, PrefillTokensPerSecond: d.PrefillTokensPerSecond, Overhead: d.Overhead,
 		CPUTierTokensPerSecond: d.CPUTierTokensPerSecond, DiskTierTokensPerSecond: d.DiskTierTokensPerSecond,
 		DecodeInterference: d.DecodeInterference, BatchTokens: d.BatchTokens, ForeignRequestTokens: d.ForeignRequestTokens,
-		LoadHalfLife: d.LoadHalfLife, TieMargin: d.TieMargin, TieMarginMin: d.TieMarginMin, WriteHalfLife: d.WriteHalfLife,
+		LoadHalfLife: d.LoadHalfLife, AdapterLoadTime: d.AdapterLoadTime, AdapterSlotWait: d.AdapterSlotWait, TieMargin: d.TieMargin, TieMarginMin: d.TieMarginMin, WriteHalfLife: d.WriteHalfLife,
 		RetryAfterMax: d.RetryAfterMax, Forgetting: d.Forgetting, ClampFactor: d.ClampFactor, ResidualClip: d.ResidualClip,
 		CongestionMax: d.CongestionMax, FactorHalfLife: d.FactorHalfLife, ExploreFraction: d.ExploreFraction,
 		Baselines: ScoringBaselines{DynamoOverlapWeight: b.DynamoOverlap, SGLCacheThreshold: b.SGLCacheThreshold,
@@ -131,7 +136,7 @@ func (s Scoring) Options() scoring.Options {
 	return scoring.Options{PrefillTokensPerSecond: s.PrefillTokensPerSecond, Overhead: s.Overhead,
 		CPUTierTokensPerSecond: s.CPUTierTokensPerSecond, DiskTierTokensPerSecond: s.DiskTierTokensPerSecond,
 		DecodeInterference: s.DecodeInterference, BatchTokens: s.BatchTokens, ForeignRequestTokens: s.ForeignRequestTokens,
-		LoadHalfLife: s.LoadHalfLife, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, WriteHalfLife: s.WriteHalfLife, MaxTTFT: s.MaxTTFT,
+		LoadHalfLife: s.LoadHalfLife, AdapterLoadTime: s.AdapterLoadTime, AdapterSlotWait: s.AdapterSlotWait, TieMargin: tieMargin(s.TieMargin), TieMarginMin: s.TieMarginMin, WriteHalfLife: s.WriteHalfLife, MaxTTFT: s.MaxTTFT,
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
 		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait, PeerState: s.PeerState,
@@ -191,7 +196,8 @@ func (s Scoring) validate() error {
 		v   time.Duration
 	}{{"scoring.overhead", s.Overhead}, {"scoring.decode_interference", s.DecodeInterference}, {"scoring.tie_margin_min", s.TieMarginMin},
 		{"scoring.write_half_life", s.WriteHalfLife}, {"scoring.max_ttft", s.MaxTTFT}, {"scoring.retry_after_max", s.RetryAfterMax}, {"scoring.scrape.interval", s.Scrape.Interval},
-		{"scoring.scrape.timeout", s.Scrape.Timeout}, {"scoring.factor_half_life", s.FactorHalfLife}} {
+		{"scoring.scrape.timeout", s.Scrape.Timeout}, {"scoring.factor_half_life", s.FactorHalfLife},
+		{"scoring.adapter_load_time", s.AdapterLoadTime}, {"scoring.adapter_slot_wait", s.AdapterSlotWait}} {
 		if d.v < 0 {
 			return fieldErr(d.key, "must be ≥ 0, got %s", d.v)
 		}

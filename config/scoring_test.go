@@ -38,6 +38,8 @@ func TestScoringValidationNamesTheKey(t *testing.T) {
 		"scoring.clamp_factor":                     func(s *Scoring) { s.ClampFactor = 1 },
 		"scoring.tie_margin":                       func(s *Scoring) { s.TieMargin = -0.1 },
 		"scoring.max_ttft":                         func(s *Scoring) { s.MaxTTFT = -time.Second },
+		"scoring.adapter_load_time":                func(s *Scoring) { s.AdapterLoadTime = -time.Second },
+		"scoring.adapter_slot_wait":                func(s *Scoring) { s.AdapterSlotWait = -time.Second },
 		"scoring.scrape.failures_before_unhealthy": func(s *Scoring) { s.Scrape.FailuresBeforeUnhealthy = 0 },
 		"scoring.scrape.timeout":                   func(s *Scoring) { s.Scrape.Timeout = 2 * time.Second },
 		"scoring.baselines":                        func(s *Scoring) { s.Baselines.SGLCacheThreshold = 2 },
@@ -67,5 +69,16 @@ func TestScoringOverloadAndLearningKeys(t *testing.T) {
 	s.ExploreFraction = 2
 	if err := s.validate(); err == nil {
 		t.Fatal("explore_fraction 2 must be refused")
+	}
+}
+
+func TestAdapterOptionsReachScoring(t *testing.T) {
+	s := defaultScoring()
+	if o := s.Options(); o.AdapterLoadTime != 200*time.Millisecond || o.AdapterSlotWait != 2*time.Second {
+		t.Fatalf("defaults: load %v slot wait %v, want 200ms and 2s", o.AdapterLoadTime, o.AdapterSlotWait)
+	}
+	s.AdapterLoadTime, s.AdapterSlotWait = time.Second, 3*time.Second
+	if o := s.Options(); o.AdapterLoadTime != time.Second || o.AdapterSlotWait != 3*time.Second {
+		t.Fatalf("configured values lost: %v %v", o.AdapterLoadTime, o.AdapterSlotWait)
 	}
 }

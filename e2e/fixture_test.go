@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/app"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/testrun"
+	"github.com/kvroute/kvroute/sim"
 )
 
 // fixture is the one end-to-end setup: test workers, kvroute in process (app.New +
@@ -24,6 +25,7 @@ import (
 type fixture struct {
 	t        *testing.T
 	workers  []*testWorker
+	sims     []*sim.Worker // fixtureOpts.simAdapters: the vllm-sim workers, in place of workers
 	app      *app.App
 	envoy    *Envoy
 	url      string // where clients send requests: the stand-in, or the proxy
@@ -36,6 +38,11 @@ type fixtureOpts struct {
 	envoy   Config               // stand-in config (ExtProcAddr filled in)
 	cfg     func(*config.Config) // kvroute config tweaks
 	setup   func([]*testWorker)  // worker knobs, before kvroute starts
+	// simAdapters, when set, makes the workers simulated vLLM engines (package sim, as
+	// vllm-sim runs them) serving model m and these LoRA adapters (--lora-modules) in
+	// simMaxLoRAs slots; kvroute is configured with each adapter a model of base m.
+	simAdapters []string
+	simMaxLoRAs int
 }
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
@@ -49,7 +56,10 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	// the test workers serve Anthropic's /v1/messages too (not a default proxy path:
 	// not every vLLM version serves it)
 	cfg.Proxy.Paths = append(cfg.Proxy.Paths, "/v1/messages")
-	for i := 0; i < o.workers; i++ {
+	if o.simAdapters != nil {
+		f.sims = simWorkers(t, &cfg, o.workers, o.simAdapters, o.simMaxLoRAs)
+	}
+	for i := 0; i < o.workers && o.simAdapters == nil; i++ {
 		w := newTestWorker(t, "w"+string(rune('1'+i)))
 		f.workers = append(f.workers, w)
 		cfg.Workers = append(cfg.Workers, config.Worker{Name: w.name, Address: w.addr()})

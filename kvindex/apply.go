@@ -3,6 +3,8 @@ package kvindex
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -150,7 +152,7 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32,
 	}
 	var parent Key
 	if e.Parent == nil {
-		ns := Namespace{Model: w.seedModel, LoRA: e.LoRAName}
+		ns := Namespace{Model: w.seedModel, LoRA: loraNamespace(e)}
 		if len(e.ExtraKeys) > 0 {
 			ns.CacheSalt = cacheSalt(e.ExtraKeys[0], e.LoRAName)
 		}
@@ -168,7 +170,7 @@ func (ix *Index) storedLocked(w *worker, r *rank, e *kvevents.Event, now uint32,
 	for i, h := range e.BlockHashes {
 		k := hashBlock(parent, e.TokenIDs[i*bs:(i+1)*bs])
 		if i < len(e.ExtraKeys) && e.ExtraKeys[i] != nil {
-			k = mixExtra(k, e.ExtraKeys[i], e.LoRAName, e.Parent == nil && i == 0)
+			k = mixExtra(k, e.ExtraKeys[i], e, e.Parent == nil && i == 0)
 		}
 		ix.storeLocked(w, r, h.ID, k, t, now, c)
 		parent = k
@@ -434,6 +436,59 @@ func hashBlock(parent Key, tokens []uint32) Key {
 	return Key(xxhash.Sum64(b))
 }
 
+// loraNamespace is the adapter part of a chain's namespace: the event's lora_name, as
+// requests name the adapter in their model field. vLLM versions whose BlockStored
+// carries only lora_id (no lora_name) get "lora_id:<id>", a namespace no request's keys
+// fall in: their adapter blocks then match nothing, rather than match requests for the
+// base model with the same tokens (vLLM itself never shares those blocks: the adapter
+// is in their block hash).
+func loraNamespace(e *kvevents.Event) string {
+	if e.LoRAName != "" || e.LoRAID == nil || *e.LoRAID == 0 {
+		return e.LoRAName
+	}
+	return "lora_id:" + strconv.FormatInt(*e.LoRAID, 10)
+}
+
+// isAdapterKey reports whether a block's first extra key is the event's adapter: its
+// lora_name, or the lora_id older vLLM hashed instead.
+func isAdapterKey(x any, e *kvevents.Event) bool {
+	switch v := x.(type) {
+	case string:
+		return e.LoRAName != "" && v == e.LoRAName
+	case nil:
+		return false
+	}
+	id, ok := asInt(x)
+	return ok && e.LoRAID != nil && *e.LoRAID != 0 && id == *e.LoRAID
+}
+
+// asInt converts a decoded msgpack integer of any width to int64.
+func asInt(x any) (int64, bool) {
+	switch v := x.(type) {
+	case int8:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int32:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case uint64:
+		if v <= math.MaxInt64 {
+			return int64(v), true
+		}
+	}
+	return 0, false
+}
+
 // cacheSalt extracts vLLM's cache_salt from the first block's extra keys: vLLM
 // appends it last, after the LoRA name and multimodal hashes
 // (vllm/v1/core/kv_cache_utils.py generate_block_hash_extra_keys).
@@ -451,16 +506,19 @@ func cacheSalt(extra any, lora string) string {
 // mixExtra folds a block's extra keys other than the LoRA name and the cache salt
 // (multimodal or prompt-embeds hashes) into its key, so that such blocks and their
 // descendants never match token-only request keys.
-func mixExtra(k Key, extra any, lora string, first bool) Key {
+//
+// vLLM puts the request's adapter first in every block's extra keys: its lora_name
+// in current versions, its lora_int_id in older ones
+// (vllm/v1/core/kv_cache_utils.py _gen_lora_extra_hash_keys); either is the adapter
+// already in the namespace, not content, and is skipped.
+func mixExtra(k Key, extra any, e *kvevents.Event, first bool) Key {
 	xs, ok := extra.([]any)
 	if !ok {
 		return k
 	}
 	rest := xs
-	if len(rest) > 0 && lora != "" {
-		if s, ok := rest[0].(string); ok && s == lora {
-			rest = rest[1:]
-		}
+	if len(rest) > 0 && isAdapterKey(rest[0], e) {
+		rest = rest[1:]
 	}
 	if first && len(rest) > 0 {
 		if _, ok := rest[len(rest)-1].(string); ok {

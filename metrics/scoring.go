@@ -18,7 +18,7 @@ type Scoring struct {
 	// Overhead is the learned fixed per-request time (label worker), seconds.
 	Overhead *prometheus.GaugeVec
 	// Factor is a learned dimensionless multiplier on a term's prior (labels worker, term:
-	// queue, lower_tier, decode_interference). 1 means the prior was right.
+	// queue, lower_tier, decode_interference, adapter). 1 means the prior was right.
 	Factor *prometheus.GaugeVec
 	// Observations counts observations offered for learning (labels worker, result:
 	// learned, clipped — learned with a clipped residual —, skipped).
@@ -26,6 +26,11 @@ type Scoring struct {
 	// Picks counts decisions by policy and reason (best, tie, slo, degraded, explore, policy).
 	// Shed requests and explain (dry-run) picks are not counted.
 	Picks *prometheus.CounterVec
+	// AdapterPicks counts picks of LoRA requests by the chosen worker's adapter state
+	// (label state: loaded, free_slot — loaded into a free slot —, evict — loaded in
+	// place of an idle adapter —, blocked — every slot held by running adapters). Explain
+	// (dry-run) picks are not counted.
+	AdapterPicks *prometheus.CounterVec
 	// Shed counts requests refused because even the best prediction exceeded the limit.
 	Shed *prometheus.CounterVec
 	// CachedTokensError is |engine-reported cached_tokens − index-predicted cached tokens|
@@ -61,9 +66,11 @@ func newScoring(reg prometheus.Registerer) *Scoring {
 		Overhead: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "overhead_seconds", Help: "Learned fixed per-request time to first token."}, w)),
 		Factor: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "term_factor_ratio", Help: "Learned multiplier on a TTFT term's prior (queue, lower_tier, decode_interference); 1 = prior."}, []string{"worker", "term"})),
+			Name: "term_factor_ratio", Help: "Learned multiplier on a TTFT term's prior (queue, lower_tier, decode_interference, adapter); 1 = prior."}, []string{"worker", "term"})),
 		Observations: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "observations_total", Help: "First-token observations offered for learning, by result (learned, clipped, skipped)."}, []string{"worker", "result"})),
+		AdapterPicks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "adapter_picks_total", Help: "Picks of LoRA-adapter requests by the chosen worker's adapter state (loaded, free_slot, evict, blocked)."}, []string{"state"})),
 		Picks: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "picks_total", Help: "Scoring decisions by policy and reason (best, tie, slo, degraded, explore, policy)."}, []string{"policy", "reason"})),
 		Shed: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,

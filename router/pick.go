@@ -172,6 +172,9 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	}
 	in := &input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
 		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now()}}
+	if md.Base != "" {
+		in.Adapter = md.Name // a LoRA adapter of md.Base: vLLM's lora_name is the served adapter name
+	}
 	if req.API == request.APIOther {
 		in.Degraded, in.path = "not_inference", tokenize.PathNone
 	} else {

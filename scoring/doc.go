@@ -11,6 +11,7 @@
 //	          + θ₃·(C_cpu/ρ_cpu + C_disk/ρ_disk)           lower-tier hits: transfer, not zero
 //	          + θ₂·Q/ρ_w                                   prefill queued ahead (FCFS)
 //	          + θ₄·R·max(1,(Q+U)/B)·δ                      decode interference
+//	          + θ₅·A_w                                     loading the LoRA adapter (adapter.go)
 //
 //	U = prompt − cached (cached capped at prompt−1: vLLM always recomputes the last token,
 //	    with evict_during_wait also less what the queue's writes evict first, overload.go)
@@ -18,6 +19,8 @@
 //	    + w_age·max(0, waiting − booked prefilling − ours that left since the scrape)·F_w
 //	R = booked decoding + w_age·max(0, running − booked requests)
 //	w_age = 0.5^(age of the scrape / load_half_life)
+//	A_w = 0 (base model, or the adapter in a slot), adapter_load_time (a free slot, or an
+//	    idle adapter evicted), adapter_load_time + adapter_slot_wait (every slot running)
 //
 // o_w, ρ_w come from the worker's profile (else scoring defaults), ρ_cpu, ρ_disk, δ
 // and B (max_num_batched_tokens) from Options; F_w is the learned mean uncached size of

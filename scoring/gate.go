@@ -198,7 +198,7 @@ func (g *gate) compute() [NumTerms]float64 {
 // both features. Gated separately, a learned prefill rate that entered while the
 // queue's did not made queued prefill cheaper than one's own (Mooncake 1×: prefill
 // 1.29, queue 1.0; BENCHMARKS.md "Learning that can only help").
-var rateOf = [NumTerms]Term{TermOverhead: -1, TermPrefill: -1, TermQueue: TermPrefill, TermLowerTier: -1, TermDecode: -1}
+var rateOf = [NumTerms]Term{TermOverhead: -1, TermPrefill: -1, TermQueue: TermPrefill, TermLowerTier: -1, TermDecode: -1, TermAdapter: -1}
 
 // departures is the learned prediction's departure from the baseline's per term,
 // seconds: d_t = (θ_t − base_t)·z_t for a term with its own rate; a rate shared with

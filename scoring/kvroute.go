@@ -31,17 +31,18 @@ type Predictor struct {
 
 // workerModel is what the predictor knows about one worker.
 type workerModel struct {
-	prior         prior     // the prior the factors are relative to; a changed profile resets them
-	est           *rls      // the worker's own factors θ_w (pool.go shrinks them toward the pool's)
-	s2            float64   // EWMA of squared relative residuals (the noise of est)
-	gate          gate      // prequential errors of the prior and of the learned factors (gate.go)
-	lastObs       time.Time // when est last learned (Input.Now of the pick it learned from)
-	foreignTokens float64   // EWMA of uncached prompt tokens of requests routed here
-	writes        decayed   // uncached prompt tokens routed here, decayed by WriteHalfLife
-	served        decayed   // of those, the ones whose prefill is done (first token, or completion when not streamed), same decay
-	backlog       backlog   // remaining prefill of our bookings here, tokens (overload.go)
-	firstTokens   recent    // when our requests here left the waiting queue (first token)
-	finished      recent    // when our requests here finished
+	prior         prior      // the prior the factors are relative to; a changed profile resets them
+	est           *rls       // the worker's own factors θ_w (pool.go shrinks them toward the pool's)
+	s2            float64    // EWMA of squared relative residuals (the noise of est)
+	gate          gate       // prequential errors of the prior and of the learned factors (gate.go)
+	lastObs       time.Time  // when est last learned (Input.Now of the pick it learned from)
+	foreignTokens float64    // EWMA of uncached prompt tokens of requests routed here
+	writes        decayed    // uncached prompt tokens routed here, decayed by WriteHalfLife
+	served        decayed    // of those, the ones whose prefill is done (first token, or completion when not streamed), same decay
+	backlog       backlog    // remaining prefill of our bookings here, tokens (overload.go)
+	firstTokens   recent     // when our requests here left the waiting queue (first token)
+	finished      recent     // when our requests here finished
+	adapters      adapterUse // LoRA adapters last used here (adapter.go); nil until the first adapter request
 }
 
 // foreignAlpha is the EWMA weight of one request in foreignTokens (≈ last 20 requests).
@@ -98,6 +99,7 @@ func (p *Predictor) Predict(in *Input, c *Candidate) Prediction {
 
 // candState is what one pick computed about a candidate besides its prediction.
 type candState struct {
+	adapter AdapterState      // the worker's state for the request's LoRA adapter
 	cached  int               // cached tokens after the wait's evictions
 	prefill float64           // seconds of prefill compute this request adds there (θ₁·U/ρ)
 	rate    float64           // learned prefill rate, tokens/s
@@ -139,9 +141,15 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 		v.leftWaiting += wm.firstTokens.since(c.Load.ScrapedAt)
 		v.leftRunning += wm.finished.since(c.Load.ScrapedAt)
 	}
+	var used adapterUse
+	if wm != nil {
+		used = wm.adapters
+	}
+	as := adapterState(in, c, used)
+	v.adapter = adapterCost(&p.o, as)
 	f, cached := features(&p.o, in, c, pr, v)
 	if st != nil {
-		*st = candState{cached: cached, prefill: theta[TermPrefill] * f[TermPrefill], rate: rate, theta: theta}
+		*st = candState{adapter: as, cached: cached, prefill: theta[TermPrefill] * f[TermPrefill], rate: rate, theta: theta}
 	}
 	return predict(f, &theta), fresh
 }
@@ -227,6 +235,7 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		if p.o.CacheTurnover {
 			cost[i] += time.Duration((1 + k) * p.turnover(in, &cands[i], writes[i], tau, st[i].rate) * float64(time.Second))
 		}
+		cost[i] += time.Duration(displacement(&p.o, st[i].adapter, st[i].theta[TermAdapter]) * float64(time.Second))
 	}
 	d := choose(&p.o, in, cands, preds, cost, st, writes)
 	if p.learn && p.o.ExploreFraction > 0 && len(cands) > 1 && !d.Shed && d.Reason != ReasonDegraded && d.Reason != ReasonSLO &&
@@ -251,6 +260,7 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		if wm := p.workers[c.Worker.Name]; wm != nil {
 			wm.writes.add(u, in.Now, p.o.WriteHalfLife)
 			wm.backlog.add(float64(max(in.PromptTokens-st[d.Index].cached, 0)), c.Booked.PrefillTokens, in.Now, st[d.Index].rate)
+			wm.recordAdapter(in, c)
 		}
 		if p.o.CacheTurnover {
 			p.reuse.horizon = 10 * p.o.WriteHalfLife
@@ -267,6 +277,9 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		} else {
 			p.m.PredictedTTFT.WithLabelValues(cands[d.Index].Worker.Name).Observe(preds[d.Index].TTFT.Seconds())
 			p.m.Picks.WithLabelValues(p.name, d.Reason).Inc()
+			if as := st[d.Index].adapter; as != AdapterNone {
+				p.m.AdapterPicks.WithLabelValues(as.String()).Inc()
+			}
 		}
 	}
 	return d
@@ -414,7 +427,7 @@ func (p *Predictor) Observe(o Observation) {
 		if c.PrefillTokensPerSecond > 0 && !math.IsInf(c.PrefillTokensPerSecond, 0) {
 			p.m.PrefillRate.WithLabelValues(o.Worker).Set(c.PrefillTokensPerSecond)
 		}
-		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode} {
+		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode, TermAdapter} {
 			p.m.Factor.WithLabelValues(o.Worker, t.String()).Set(c.Factors[t])
 		}
 	}
@@ -483,7 +496,7 @@ func (p *Predictor) WorkerRemoved(w *workers.Worker) {
 		for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.PrefillRate, m.Overhead, m.PredictedTTFT, m.ObservedTTFT, m.APE} {
 			v.DeleteLabelValues(w.Name)
 		}
-		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode} {
+		for _, t := range []Term{TermQueue, TermLowerTier, TermDecode, TermAdapter} {
 			m.Factor.DeleteLabelValues(w.Name, t.String())
 		}
 		for _, r := range []string{"learned", "clipped", "skipped"} {

@@ -16,10 +16,11 @@ const (
 	TermQueue                 // prefill work queued ahead of the request (FCFS waiting queue)
 	TermLowerTier             // bringing lower-tier (CPU, disk) cached blocks back to the GPU
 	TermDecode                // decode interference: running sequences sharing the engine steps
+	TermAdapter               // loading the request's LoRA adapter (and waiting for a slot), adapter.go
 	NumTerms
 )
 
-var termNames = [NumTerms]string{"overhead", "prefill", "queue", "lower_tier", "decode_interference"}
+var termNames = [NumTerms]string{"overhead", "prefill", "queue", "lower_tier", "decode_interference", "adapter"}
 
 // String returns the term's name as used in metrics labels and the explain view.
 func (t Term) String() string { return termNames[t] }
@@ -84,6 +85,9 @@ type workerView struct {
 	// scrape still counts them waiting / running, but they are neither booked so nor
 	// foreign.
 	leftWaiting, leftRunning int
+	// adapter is the prior time the request's LoRA adapter adds on the worker, seconds
+	// (adapterCost); 0 for a base-model request or an adapter already loaded.
+	adapter float64
 }
 
 // features computes one candidate's terms under prior p, and the cached tokens the
@@ -113,6 +117,7 @@ func features(o *Options, in *Input, c *Candidate, p prior, v workerView) (Featu
 	}
 
 	f[TermQueue] = queueTok / p.prefillRate
+	f[TermAdapter] = v.adapter
 
 	// Decode interference: each engine step schedules running decodes first (one token
 	// each) and fills the rest of max_num_batched_tokens with prefill chunks, so each
@@ -181,9 +186,9 @@ func predict(f Features, theta *[NumTerms]float64) Prediction {
 		return time.Duration(s * float64(time.Second))
 	}
 	p := Prediction{Overhead: sec(t[TermOverhead]), Prefill: sec(t[TermPrefill] + t[TermLowerTier]),
-		Queue: sec(t[TermQueue] + t[TermDecode]), Features: f}
-	p.TTFT = p.Overhead + p.Prefill + p.Queue
+		Queue: sec(t[TermQueue] + t[TermDecode]), Adapter: sec(t[TermAdapter]), Features: f}
+	p.TTFT = p.Overhead + p.Prefill + p.Queue + p.Adapter
 	return p
 }
 
-var unitTheta = [NumTerms]float64{1, 1, 1, 1, 1}
+var unitTheta = [NumTerms]float64{1, 1, 1, 1, 1, 1}

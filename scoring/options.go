@@ -99,6 +99,15 @@ type Options struct {
 	// queue then holds (bench TestQoSFairnessAndPriorityVirtual: throughput 0.92×,
 	// goodput 0.70× of no queue), and multi-turn at 1 conv/s moved 0.99 → 1.05 ÷ static.
 	UtilizationBacklog bool
+	// AdapterLoadTime is the prior time a worker takes to load a LoRA adapter that is
+	// not in one of its slots (from its CPU cache or disk) before the request's first
+	// step; the prediction adds it where the worker's vllm:lora_requests_info says the
+	// adapter is not loaded (adapter.go), and learns its factor per worker. 0 → 200 ms.
+	AdapterLoadTime time.Duration
+	// AdapterSlotWait is the prior wait for a slot when every one of a worker's
+	// max_loras slots holds an adapter with running requests (vLLM schedules no request
+	// of a further adapter until one of them ends), added to AdapterLoadTime. 0 → 2 s.
+	AdapterSlotWait time.Duration
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.
@@ -193,6 +202,8 @@ func (o Options) withDefaults() Options {
 	defI(&o.BatchTokens, DefaultBatchTokens)
 	defI(&o.ForeignRequestTokens, 1024)
 	defD(&o.LoadHalfLife, 2*time.Second)
+	defD(&o.AdapterLoadTime, 200*time.Millisecond)
+	defD(&o.AdapterSlotWait, 2*time.Second)
 	def(&o.TieMargin, 0.10)
 	if o.TieMargin < 0 {
 		o.TieMargin = 0
@@ -243,11 +254,12 @@ const (
 	PolicyLLMD          = "llmd_prefix_affinity"
 	PolicyDynamo        = "dynamo"
 	PolicySGLang        = "sglang_cache_aware"
+	PolicyLoRAAffinity  = "llmd_lora_affinity" // llm-d/AIBrix adapter affinity in front of llmd_prefix_affinity
 )
 
 // PolicyNames lists the names New accepts (scoring.policy values), kvroute first.
 var PolicyNames = []string{PolicyKVRoute, PolicyKVRouteStatic, PolicyRandom, PolicyRoundRobin, PolicyLeastRequest,
-	PolicyGIE, PolicyLLMD, PolicyDynamo, PolicySGLang}
+	PolicyGIE, PolicyLLMD, PolicyDynamo, PolicySGLang, PolicyLoRAAffinity}
 
 // New returns a fresh policy named name (no goroutines, no clocks: time comes from
 // Input.Now, randomness from Options.Rand). Errors wrap ErrUnknownPolicy.
@@ -272,6 +284,8 @@ func New(name string, o Options) (Policy, error) {
 		return newDynamo(o), nil
 	case PolicySGLang:
 		return newSGLang(o), nil
+	case PolicyLoRAAffinity:
+		return newLoRAAffinity(o), nil
 	}
 	return nil, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, PolicyNames)
 }

@@ -69,9 +69,12 @@ type Left struct {
 
 // Input is the request as scoring sees it.
 type Input struct {
-	RequestID    string
-	Request      *request.Request // the parsed request (for text-based baselines); may be nil
-	Model        string
+	RequestID string
+	Request   *request.Request // the parsed request (for text-based baselines); may be nil
+	Model     string
+	// Adapter is the LoRA adapter the request names (its model field, when the model is
+	// configured as an adapter of a base model); "" for a base-model request.
+	Adapter      string
 	PromptTokens int           // prompt length in tokens; 0 when tokenization was unavailable
 	Tokens       []uint32      // prompt token ids; nil when unavailable
 	Keys         []kvindex.Key // block keys of Tokens; nil when unavailable
@@ -88,12 +91,13 @@ type Input struct {
 }
 
 // Prediction is a predicted TTFT and its terms, all in seconds of wall time.
-// TTFT = Queue + Prefill + Overhead.
+// TTFT = Queue + Prefill + Overhead + Adapter.
 type Prediction struct {
 	TTFT     time.Duration
 	Queue    time.Duration // waiting behind prefill work and decode interference already on the worker
 	Prefill  time.Duration // prefilling this request's uncached tokens (+ lower-tier transfer)
 	Overhead time.Duration // fixed per-request time
+	Adapter  time.Duration // loading the request's LoRA adapter there (and waiting for a slot); 0 when loaded or none
 	// Features are the model's terms under the worker's prior coefficients, in seconds
 	// (see Features); the learner regresses the observed TTFT on them. Zero for
 	// policies that do not predict.

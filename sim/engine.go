@@ -20,6 +20,7 @@ type Request struct {
 	Prompt    []uint32
 	MaxTokens int
 	CacheSalt string // vLLM cache_salt: separates prefix caches
+	LoRA      string // LoRA adapter name ("" for the base model): in every block's hash, one of Profile.MaxLoRAs slots
 	// Tag is opaque to the engine; drivers use it to find their own state.
 	Tag any
 }
@@ -33,6 +34,7 @@ type Output struct {
 	Finished     bool // the request generated MaxTokens tokens and left the engine
 	Generated    int  // tokens generated so far
 	CachedTokens int  // prefix-cache hit at first scheduling, tokens (usage cached_tokens)
+	LoRALoaded   bool // the request's adapter was loaded for it (a slot miss), on its first output
 }
 
 // Stats is the engine's own view of itself (what /metrics exports).
@@ -44,6 +46,10 @@ type Stats struct {
 	Preemptions      uint64
 	Steps            uint64
 	FreeBlocks       int
+	// LoRA (lora.go): the distinct adapters of running and of waiting requests, as vLLM's
+	// vllm:lora_requests_info lists them, and the adapter loads so far.
+	RunningLoRAs, WaitingLoRAs []string
+	LoRALoads                  uint64
 }
 
 type seq struct {
@@ -57,6 +63,7 @@ type seq struct {
 	generated int
 	cached    int  // prefix hit at first scheduling
 	admitted  bool // scheduled at least once
+	loaded    bool // its adapter was loaded for it
 }
 
 // Engine is the state machine of one vLLM engine core: requests wait, are scheduled
@@ -73,6 +80,7 @@ type Engine struct {
 	// speed divides every step's duration (1: the profile's speed; 2: twice as fast;
 	// 1/3: three times slower). 0 means 1.
 	speed float64
+	slots []string // LoRA adapters held in GPU slots, least recently used first (lora.go)
 }
 
 // SetSpeed makes every later step take the profile's step time ÷ f: a worker f times
@@ -119,6 +127,9 @@ func (e *Engine) Check(r *Request) error {
 	if e.blocksFor(len(r.Prompt)+max(r.MaxTokens, 1)) > e.prof.NumBlocks {
 		return ErrTooLong
 	}
+	if r.LoRA != "" && e.prof.MaxLoRAs <= 0 {
+		return ErrNoLoRA
+	}
 	return nil
 }
 
@@ -164,6 +175,7 @@ func (e *Engine) Stats() Stats {
 	s.Running, s.Waiting = len(e.running), len(e.waiting)
 	s.KVUsage = e.pool.usage()
 	s.FreeBlocks = e.pool.free()
+	s.RunningLoRAs, s.WaitingLoRAs = adaptersOf(e.running), adaptersOf(e.waiting)
 	return s
 }
 
@@ -191,6 +203,9 @@ func (e *Engine) extendHashes(s *seq) {
 		salt := ""
 		if i == 0 {
 			salt = s.req.CacheSalt
+		}
+		if s.req.LoRA != "" {
+			salt = "lora\x00" + s.req.LoRA + "\x00" + salt // the adapter is in every block's hash
 		}
 		s.hashes = append(s.hashes, blockHash(e.seed, parent, salt, s.tokens[i*bs:(i+1)*bs]))
 	}
@@ -250,9 +265,15 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 		sched = append(sched, scheduled{s, n})
 		budget -= n
 	}
-	// 2. waiting requests, FCFS, unless this step preempted.
-	for !preempted && len(e.waiting) > 0 && len(e.running) < e.prof.MaxNumSeqs && budget > 0 {
-		s := e.waiting[0]
+	// 2. waiting requests, FCFS, unless this step preempted. A request whose adapter
+	// would be one too many for the step is skipped, not blocking those behind it.
+	var loads int
+	for wi := 0; !preempted && wi < len(e.waiting) && len(e.running) < e.prof.MaxNumSeqs && budget > 0; {
+		s := e.waiting[wi]
+		if !e.loraFits(s.req.LoRA) {
+			wi++
+			continue
+		}
 		hit := e.prefixHit(s)
 		hitTokens := len(hit) * e.prof.BlockSize
 		n := min(len(s.tokens)-hitTokens, budget)
@@ -266,7 +287,11 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 		if need+pinned > e.pool.free() {
 			break // queue: wait for blocks to be freed
 		}
-		e.waiting = e.waiting[1:]
+		e.waiting = append(e.waiting[:wi], e.waiting[wi+1:]...)
+		if e.useLoRA(s.req.LoRA) {
+			loads++
+			s.loaded = true
+		}
 		for _, id := range hit {
 			e.pool.touch(id)
 		}
@@ -300,7 +325,7 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 		e.commit(s)
 	}
 	e.stats.Steps++
-	d = e.prof.StepCost(work)
+	d = e.prof.StepCost(work) + time.Duration(loads)*e.prof.LoRALoadTime
 	if e.speed > 0 && e.speed != 1 {
 		d = time.Duration(float64(d) / e.speed)
 	}
@@ -315,6 +340,7 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 		tok := genToken(s.req.ID, s.generated)
 		s.tokens = append(s.tokens, tok)
 		o := Output{Req: s.req, Token: tok, Sampled: true, First: s.generated == 1, Generated: s.generated, CachedTokens: s.cached}
+		o.LoRALoaded = o.First && s.loaded
 		if s.generated >= s.req.MaxTokens {
 			o.Finished = true
 			e.pool.release(s.blocks)
@@ -345,7 +371,7 @@ func (e *Engine) commit(s *seq) {
 		return
 	}
 	e.extendHashes(s)
-	ev := Event{Kind: BlockStored, BlockSize: bs, Medium: e.pool.medium,
+	ev := Event{Kind: BlockStored, BlockSize: bs, Medium: e.pool.medium, LoRA: s.req.LoRA,
 		Tokens: append([]uint32(nil), s.tokens[s.committed*bs:full*bs]...)}
 	if s.committed > 0 {
 		ev.HasParent, ev.Parent = true, s.hashes[s.committed-1]

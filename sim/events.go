@@ -30,6 +30,7 @@ type Event struct {
 	Tokens    []uint32 // BlockStored: token ids of all blocks, len = len(Hashes) × BlockSize
 	BlockSize int      // BlockStored
 	CacheSalt string   // BlockStored: cache_salt, sent as the first block's extra key; "" none
+	LoRA      string   // BlockStored: the request's LoRA adapter (lora_name, every block's first extra key); "" none
 	Medium    string   // "GPU"
 }
 

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -56,4 +58,26 @@ func newWorkerMetrics(reg *prometheus.Registry, model string, prof Profile, stat
 		genTokens:    ctr("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		success:      ctr("vllm:request_success_total", "Count of successfully processed requests."),
 	}
+}
+
+// loraInfo exports vllm:lora_requests_info as vLLM does (vllm/v1/metrics/loggers.py):
+// labels running_lora_adapters and waiting_lora_adapters (comma-joined names) and
+// max_lora, valued at the current Unix time (set_to_current_time). vLLM also keeps the
+// series of earlier label sets; this exports the current one only, the one a reader
+// takes (the newest).
+type loraInfo struct {
+	max   int
+	stats func() Stats
+	now   func() time.Time
+}
+
+var loraInfoDesc = prometheus.NewDesc("vllm:lora_requests_info", "Running stats on lora requests.",
+	[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, nil)
+
+func (l *loraInfo) Describe(ch chan<- *prometheus.Desc) { ch <- loraInfoDesc }
+
+func (l *loraInfo) Collect(ch chan<- prometheus.Metric) {
+	s := l.stats()
+	ch <- prometheus.MustNewConstMetric(loraInfoDesc, prometheus.GaugeValue, float64(l.now().UnixNano())/1e9,
+		strconv.Itoa(l.max), strings.Join(s.RunningLoRAs, ","), strings.Join(s.WaitingLoRAs, ","))
 }

@@ -27,8 +27,9 @@ func (MapEncoder) Encode(b Batch) []byte { return encode(b, kvevents.FormatMap) 
 func (ArrayEncoder) Encode(b Batch) []byte { return encode(b, kvevents.FormatArray) }
 
 // WireBatch converts a simulated engine batch into the wire model: the fields vLLM sets
-// for a plain (no LoRA, no multimodal) full-attention model, with cache_salt as the first
-// block's extra key (vllm/v1/core/kv_cache_utils.py generate_block_hash_extra_keys).
+// for a full-attention model without multimodal inputs: an adapter's blocks carry
+// lora_id, lora_name and the name as every block's first extra key, cache_salt follows
+// on the first block (vllm/v1/core/kv_cache_utils.py generate_block_hash_extra_keys).
 func WireBatch(b Batch) *kvevents.Batch {
 	out := &kvevents.Batch{TS: b.TS, DPRank: b.DPRank, HasDPRank: true, Events: make([]kvevents.Event, len(b.Events))}
 	for i := range b.Events {
@@ -44,8 +45,19 @@ func WireBatch(b Batch) *kvevents.Batch {
 			}
 			w.TokenIDs, w.BlockSize, w.Medium = ev.Tokens, ev.BlockSize, ev.Medium
 			w.ExtraKeys = make([]any, len(ev.Hashes))
+			if ev.LoRA != "" {
+				id := loraID(ev.LoRA)
+				w.LoRAID, w.LoRAName = &id, ev.LoRA
+				for j := range w.ExtraKeys {
+					w.ExtraKeys[j] = []any{ev.LoRA}
+				}
+			}
 			if ev.CacheSalt != "" && len(ev.Hashes) > 0 {
-				w.ExtraKeys[0] = []any{ev.CacheSalt}
+				if ev.LoRA != "" {
+					w.ExtraKeys[0] = []any{ev.LoRA, ev.CacheSalt}
+				} else {
+					w.ExtraKeys[0] = []any{ev.CacheSalt}
+				}
 			}
 			w.SpecKind = "full_attention"
 		case BlockRemoved:
@@ -57,6 +69,16 @@ func WireBatch(b Batch) *kvevents.Batch {
 		}
 	}
 	return out
+}
+
+// loraID is a stable positive id for an adapter name (vLLM numbers adapters as it
+// registers them; the id only has to be consistent within a worker).
+func loraID(name string) int64 {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return int64(h&0x7fffffff) + 1
 }
 
 func wireHashes(hs []uint64) []kvevents.Hash {

@@ -47,6 +47,12 @@ type Profile struct {
 	NumBlocks       int // KV cache capacity in blocks (vLLM num_gpu_blocks)
 	MaxNumSeqs      int // vLLM --max-num-seqs
 	MaxBatchTokens  int // vLLM --max-num-batched-tokens (chunked prefill budget per step)
+	// MaxLoRAs is vLLM's --max-loras: adapters held in GPU slots and distinct adapters
+	// one step may run (lora.go); 0 disables LoRA (adapter requests are refused).
+	MaxLoRAs int
+	// LoRALoadTime is the time one adapter load adds to the step that loads it (the
+	// model runner loads missing adapters before executing the step).
+	LoRALoadTime time.Duration
 }
 
 // Profiles holds the built-in profiles by name, each derived (Derive) from its Recipe:
@@ -148,6 +154,9 @@ func (p Profile) PrefillAttn(start, n int) float64 {
 func (p Profile) validate() error {
 	if p.BlockSize <= 0 || p.NumBlocks <= 0 || p.MaxNumSeqs <= 0 || p.MaxBatchTokens <= 0 {
 		return fmt.Errorf("sim: profile %q: block_size, num_blocks, max_num_seqs and max_num_batched_tokens must be positive", p.Name)
+	}
+	if p.MaxLoRAs < 0 || p.LoRALoadTime < 0 {
+		return fmt.Errorf("sim: profile %q: max_loras and lora_load_time must be ≥ 0", p.Name)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,10 @@ import (
 type WorkerOptions struct {
 	Profile Profile
 	Model   string // served model name; "" = Profile.Model
+	// LoRAModules are the adapter names served on top of Model (vLLM --lora-modules
+	// name=path): a request naming one runs with that adapter, in one of
+	// Profile.MaxLoRAs slots.
+	LoRAModules []string
 	// Seed is the engine's block-hash seed; 0 picks a random one per process, as vLLM
 	// does without PYTHONHASHSEED.
 	Seed      uint64
@@ -81,6 +86,12 @@ func NewWorker(opt WorkerOptions) (*Worker, error) {
 	w := &Worker{opt: opt, Registry: prometheus.NewRegistry(), mux: http.NewServeMux()}
 	w.Runner = NewRunner(eng, RunnerOptions{OnBatch: opt.OnBatch, DPRank: opt.DPRank, Now: opt.Now})
 	w.m = newWorkerMetrics(w.Registry, opt.Model, opt.Profile, w.Runner.Stats)
+	if len(opt.LoRAModules) > 0 {
+		if opt.Profile.MaxLoRAs <= 0 {
+			return nil, fmt.Errorf("sim: %d LoRA modules but max_loras is 0", len(opt.LoRAModules))
+		}
+		w.Registry.MustRegister(&loraInfo{max: opt.Profile.MaxLoRAs, stats: w.Runner.Stats, now: opt.Now})
+	}
 	w.mux.HandleFunc("POST /v1/chat/completions", w.handleGenerate(true))
 	w.mux.HandleFunc("POST /v1/completions", w.handleGenerate(false))
 	w.mux.HandleFunc("POST /tokenize", w.handleTokenize)
@@ -224,7 +235,10 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 			apiError(rw, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
 			return
 		}
-		if body.Model != "" && body.Model != w.opt.Model {
+		adapter := ""
+		if slices.Contains(w.opt.LoRAModules, body.Model) {
+			adapter = body.Model
+		} else if body.Model != "" && body.Model != w.opt.Model {
 			apiError(rw, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", body.Model))
 			return
 		}
@@ -266,14 +280,18 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 			prefix = "chatcmpl-"
 		}
 		rid := prefix + strconv.FormatUint(id, 10) + "-" + strconv.FormatUint(rand.Uint64()>>32, 16)
-		req := &Request{ID: rid, Prompt: prompt, MaxTokens: maxTok, CacheSalt: body.CacheSalt}
+		req := &Request{ID: rid, Prompt: prompt, MaxTokens: maxTok, CacheSalt: body.CacheSalt, LoRA: adapter}
 		ch, err := w.Runner.Submit(req)
 		if err != nil {
 			apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
 			return
 		}
 		w.m.promptTokens.Add(float64(len(prompt)))
-		s := &stream{w: w, rw: rw, chat: chat, id: rid, model: w.opt.Model, created: arrival.Unix(), arrival: arrival}
+		model := w.opt.Model
+		if adapter != "" {
+			model = adapter
+		}
+		s := &stream{w: w, rw: rw, chat: chat, id: rid, model: model, created: arrival.Unix(), arrival: arrival}
 		if body.Stream {
 			s.includeUsage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 			s.sse(r, req, ch, len(prompt))
@@ -472,8 +490,11 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
 
 func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
 	rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(rw).Encode(map[string]any{"object": "list", "data": []any{map[string]any{
-		"id": w.opt.Model, "object": "model", "owned_by": "vllm", "max_model_len": w.opt.MaxModelLen}}})
+	data := []any{map[string]any{"id": w.opt.Model, "object": "model", "owned_by": "vllm", "max_model_len": w.opt.MaxModelLen}}
+	for _, a := range w.opt.LoRAModules { // vLLM lists adapters with their base as parent
+		data = append(data, map[string]any{"id": a, "object": "model", "owned_by": "vllm", "parent": w.opt.Model, "max_model_len": w.opt.MaxModelLen})
+	}
+	_ = json.NewEncoder(rw).Encode(map[string]any{"object": "list", "data": data})
 }
 
 func (w *Worker) handleReset(rw http.ResponseWriter, _ *http.Request) {

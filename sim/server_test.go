@@ -17,7 +17,13 @@ func startWorker(t *testing.T, details bool, onBatch func(Batch)) (*Worker, stri
 	t.Helper()
 	p := testProfile()
 	p.StepOverhead, p.PrefillPerToken, p.DecodePerSeq = 1000000, 1000, 1000 // 1 ms steps
-	w, err := NewWorker(WorkerOptions{Profile: p, Model: "m", Seed: 7, PromptTokensDetails: details, OnBatch: onBatch})
+	return startWorkerWith(t, WorkerOptions{Profile: p, Model: "m", Seed: 7, PromptTokensDetails: details, OnBatch: onBatch})
+}
+
+// startWorkerWith runs a worker built from opt behind an HTTP test server.
+func startWorkerWith(t *testing.T, opt WorkerOptions) (*Worker, string) {
+	t.Helper()
+	w, err := NewWorker(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

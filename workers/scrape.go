@@ -40,9 +40,10 @@ const (
 
 // ParseLoad reads a vLLM /metrics body in the Prometheus text format. Waiting and
 // running requests are summed over every series (data-parallel engines, models);
-// KV-cache usage (a 0..1 fraction per engine) is averaged. ScrapedAt is left zero.
-// It fails with ErrScrapeParse on malformed text and ErrNoVLLMSeries when none of the
-// three metrics is present (not a vLLM endpoint).
+// KV-cache usage (a 0..1 fraction per engine) is averaged; the LoRA state is the
+// newest series of vllm:lora_requests_info (lora.go). ScrapedAt is left zero.
+// It fails with ErrScrapeParse on malformed text and ErrNoVLLMSeries when none of
+// these metrics is present (not a vLLM endpoint).
 func ParseLoad(r io.Reader) (Load, error) {
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := p.TextToMetricFamilies(r)
@@ -74,6 +75,11 @@ func ParseLoad(r io.Reader) (Load, error) {
 	}
 	if n > 0 {
 		l.KVUsage, found = v/float64(n), true
+	}
+	if f := fams[metricLoRA]; f != nil {
+		if a, ok := parseAdapters(f); ok {
+			l.Adapters, found = a, true
+		}
 	}
 	if !found {
 		return Load{}, ErrNoVLLMSeries

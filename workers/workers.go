@@ -63,6 +63,9 @@ type Load struct {
 	// prometheus_client's process collector, in vLLM's /metrics with one API server);
 	// 0 when not exported. A change means the worker restarted.
 	ProcessStart float64 `json:"process_start,omitempty"`
+	// Adapters is the worker's LoRA state (vllm:lora_requests_info); zero when it
+	// exports none.
+	Adapters Adapters `json:"adapters,omitempty"`
 }
 
 // Registry is the current set of workers. Safe for concurrent use.

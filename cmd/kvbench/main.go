@@ -45,7 +45,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("kvbench", flag.ContinueOnError)
-	workload := fs.String("workload", "shared-prefix", "shared-prefix, multi-turn or trace")
+	workload := fs.String("workload", "shared-prefix", "shared-prefix, multi-turn, lora or trace")
 	seed := fs.Uint64("seed", 1, "seed of the workload, arrivals and policies")
 	requests := fs.Int("requests", 300, "shared-prefix: requests")
 	prefixes := fs.Int("prefixes", 8, "shared-prefix: K prefixes")
@@ -57,6 +57,10 @@ func run(args []string) error {
 	turns := fs.Int("turns", 6, "multi-turn: turns per conversation")
 	sysTok := fs.Int("system-tokens", 1000, "multi-turn: shared system prompt tokens")
 	userTok := fs.Int("user-tokens", 300, "multi-turn: user tokens per turn")
+	adapters := fs.Int("adapters", 64, "lora: LoRA adapters (each with its own --system-tokens system prompt)")
+	adapterSkew := fs.Float64("adapter-skew", 1.1, "lora: Zipf exponent (> 1) of adapter popularity; ≤ 1 uniform")
+	maxLoras := fs.Int("max-loras", 8, "lora, virtual: each engine's --max-loras")
+	loraLoad := fs.Duration("lora-load-time", 200*time.Millisecond, "lora, virtual: the engines' adapter load time")
 	think := fs.Duration("think", 2*time.Second, "multi-turn: pause between a reply and the next turn")
 	tracePath := fs.String("trace", "", "trace: Mooncake-format JSONL file, gzipped when it ends in .gz (default "+bench.DefaultTracePath+")")
 	speed := fs.Float64("speed", 1, "trace: time compression factor")
@@ -118,6 +122,9 @@ func run(args []string) error {
 	if *numBlocks > 0 {
 		prof.NumBlocks = *numBlocks
 	}
+	if *workload == "lora" {
+		prof.MaxLoRAs, prof.LoRALoadTime = *maxLoras, *loraLoad
+	}
 	speeds, err := bench.ParseSpeeds(*speedsFlag)
 	if err != nil {
 		return err
@@ -169,6 +176,9 @@ func run(args []string) error {
 		case "multi-turn":
 			return bench.MultiTurn(bench.MultiTurnOptions{Conversations: *convs, Turns: *turns, SystemTokens: *sysTok, UserTokens: *userTok,
 				OutputTokens: *outputTok, Think: *think, Seed: seed}), nil
+		case "lora":
+			return bench.LoRA(bench.LoRAOptions{Adapters: *adapters, Skew: *adapterSkew, SystemTokens: *sysTok, UserTokens: *userTok,
+				OutputTokens: *outputTok, Requests: *requests, Seed: seed}), nil
 		case "trace":
 			return traceW, nil
 		}
@@ -237,6 +247,9 @@ func run(args []string) error {
 		rep.Target = "virtual"
 		rep.Params["profile"], rep.Params["workers"] = prof.Name, strconv.Itoa(*nworkers)
 		names := bench.PolicyNames()
+		if *workload == "lora" {
+			names = bench.LoRAPolicies
+		}
 		if *policies != "all" {
 			names = strings.Split(*policies, ",")
 		}

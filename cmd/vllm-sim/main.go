@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,6 +55,9 @@ func run(args []string) error {
 	defMax := fs.Int("default-max-tokens", 16, "max_tokens when a request sets none")
 	echo := fs.Bool("echo", false, "zero engine time (load tests of kvroute itself): completions are answered at once, streamed when the body sets \"stream\": true, with --echo-tokens chunks; /tokenize, /metrics and /health stay the simulated worker's")
 	echoTokens := fs.Int("echo-tokens", 2, "--echo: content chunks per response (the first is flushed on its own)")
+	loraModules := fs.String("lora-modules", "", "comma-separated LoRA adapters served on top of the model, NAME or NAME=PATH as vLLM's --lora-modules (the path is ignored); needs --max-loras")
+	maxLoras := fs.Int("max-loras", 0, "vLLM --max-loras: adapters held in GPU slots, distinct adapters per engine step")
+	loraLoad := fs.Duration("lora-load-time", 200*time.Millisecond, "time one adapter load adds to the engine step that loads it")
 	disagree := fs.Bool("tokenize-disagree", false, "POST /tokenize answers wrong ids on purpose (the last id changed), to test a router's shadow check; generation is unaffected")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,6 +74,14 @@ func run(args []string) error {
 	}
 	if *maxBatch > 0 {
 		prof.MaxBatchTokens = *maxBatch
+	}
+	prof.MaxLoRAs, prof.LoRALoadTime = *maxLoras, *loraLoad
+	adapters, err := parseLoRAModules(*loraModules)
+	if err != nil {
+		return err
+	}
+	if len(adapters) > 0 && *maxLoras <= 0 {
+		return errors.New("--lora-modules needs --max-loras ≥ 1")
 	}
 	var enc sim.Encoder = sim.MapEncoder{}
 	switch *kvFormat {
@@ -98,7 +111,7 @@ func run(args []string) error {
 	}()
 	for i := 0; i < *n; i++ {
 		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens,
-			TokenizeDisagree: *disagree}
+			TokenizeDisagree: *disagree, LoRAModules: adapters}
 		if *seed != 0 {
 			opt.Seed = *seed + uint64(i)
 		}
@@ -184,4 +197,21 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// parseLoRAModules parses --lora-modules: comma-separated NAME or NAME=PATH.
+func parseLoRAModules(s string) ([]string, error) {
+	var out []string
+	for _, m := range strings.Split(s, ",") {
+		m = strings.TrimSpace(m)
+		if m == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(m, "=")
+		if name = strings.TrimSpace(name); name == "" || slices.Contains(out, name) {
+			return nil, fmt.Errorf("--lora-modules: %q: want distinct NAME or NAME=PATH entries", m)
+		}
+		out = append(out, name)
+	}
+	return out, nil
 }
