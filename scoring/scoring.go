@@ -78,6 +78,9 @@ type Input struct {
 	BlockSize    int           // tokens per KV block for this model
 	MaxTokens    int           // requested output limit; 0 unknown
 	SLO          time.Duration // per-request TTFT objective (x-slo-ttft-ms); 0 none
+	// RefuseOnSLOMiss sheds this request (Decision.Shed, Reason ReasonSLO) when no
+	// worker is predicted within SLO, as Options.ShedOnSLOMiss does for every request.
+	RefuseOnSLOMiss bool
 	Degraded     string        // why routing information is missing ("" = full information)
 	Now          time.Time
 	// DryRun is set by explain requests: the policy must decide exactly as it would, but
