@@ -24,8 +24,9 @@ type PickOptions struct {
 	// RefuseOnSLOMiss refuses the request (429, x-kvroute-rejected-reason: slo_miss,
 	// Retry-After = the best worker's predicted TTFT minus the SLO: the time its queue
 	// needs to drain that far) when no worker is predicted to start it within SLO,
-	// instead of sending it to the best of the workers that miss. Needs SLO > 0 and
-	// token information (a degraded pick is never refused on its prediction).
+	// instead of sending it to the best of the workers that miss. Needs SLO > 0; a
+	// pick without token information is refused when its load-only prediction (queue
+	// and overhead, a lower bound of the TTFT) is past the SLO.
 	RefuseOnSLOMiss bool
 	// Exclude names a worker not to pick (a retry after that worker refused the
 	// connection); "" none.

@@ -72,6 +72,13 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, cost [
 			return d
 		}
 	}
+	if in.SLO > 0 && degraded && in.RefuseOnSLOMiss && bestTTFT > in.SLO {
+		// without tokens the predictions hold only queue and overhead: a lower bound of
+		// the TTFT, so one past the SLO misses it whatever the prompt
+		d := shed(o, preds, bestTTFT-in.SLO)
+		d.Reason = ReasonSLO
+		return d
+	}
 	best := 0
 	for i := range cost {
 		if cost[i] < cost[best] {
