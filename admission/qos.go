@@ -20,7 +20,7 @@ import (
 
 // RejectedReasonHeader names the cause of a refusal by kvroute's queue (ReasonQueueFull,
 // ReasonShed, ReasonQueueTimeout).
-const RejectedReasonHeader = "x-kvroute-rejected-reason"
+const RejectedReasonHeader = router.RejectedReasonHeader
 
 // ClassInput is what classification reads (config.ClassMatch).
 type ClassInput struct {
@@ -103,6 +103,17 @@ func objective(c *config.Class, client time.Duration) time.Duration {
 	return min(client, c.TTFTObjective)
 }
 
+// Policy is what class c decides for a request's pick whose client asked for the TTFT
+// objective client (x-slo-ttft-ms; 0 none): the objective (the smaller of the two),
+// whether it may wait in kvroute's queue (queued: the front has one and the class a
+// queue_limit), whether it is refused when no worker is predicted within the
+// objective (on_slo_miss: refuse). kvroute serve, proxy and kvbench's virtual runs
+// all decide through it.
+func Policy(c *config.Class, client time.Duration, queued bool) router.ClassPolicy {
+	return router.ClassPolicy{SLO: objective(c, client), Wait: queued && c.QueueLimit > 0,
+		RefuseOnSLOMiss: c.OnSLOMiss == config.SLOMissRefuse}
+}
+
 // Picked is Admitter.Pick's result.
 type Picked struct {
 	Ticket *router.Ticket
@@ -183,13 +194,17 @@ func (a *Admitter) pick(ctx context.Context, rt *router.Router, req *request.Req
 	}
 	client := po.SLO
 	in.API, in.Model = req.API, req.Model
-	po.Classify = func(promptTokens int) (time.Duration, bool) {
+	po.Classify = func(promptTokens int) router.ClassPolicy {
 		in.PromptTokens = promptTokens
 		cls = a.Classify(in)
-		return objective(cls, client), q != nil && cls.QueueLimit > 0
+		return Policy(cls, client, q != nil)
 	}
 	pick := func() (*router.Ticket, error) {
 		t, err := rt.Pick(ctx, req, po)
+		if re, ok := err.(*router.Error); ok && a != nil && cls != nil && re.Details == "kvroute_"+router.ReasonSLOMiss {
+			a.refuse(a.labels.Labels(in.Tenant, cls.Name), router.ReasonSLOMiss)
+			re.Header = append(re.Header, [2]string{"x-kvroute-class", cls.Name})
+		}
 		if err != nil || a == nil {
 			return t, err
 		}

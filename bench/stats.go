@@ -26,6 +26,9 @@ type Result struct {
 	Queued time.Duration `json:"queued_ns,omitempty"`
 	// AdapterLoad: the worker loaded the request's LoRA adapter for it (virtual runs).
 	AdapterLoad bool `json:"adapter_load,omitempty"`
+	// RefuseWall is the router's wall-clock time to refuse a request no worker was
+	// predicted to start within its objective (Err "slo_miss"); 0 otherwise.
+	RefuseWall time.Duration `json:"refuse_wall_ns,omitempty"`
 }
 
 // Percentile returns the p-th percentile (0..100) of xs by linear interpolation
@@ -73,7 +76,21 @@ type Summary struct {
 	PredMAE           float64        `json:"prediction_mae_s,omitempty"`      // mean |predicted − observed| TTFT
 	PredMedRel        float64        `json:"prediction_median_rel,omitempty"` // median |pred − obs| / obs
 	DurationS         float64        `json:"duration_s"`
-	Results           []Result       `json:"results,omitempty"`
+	// Refused counts requests refused by SLO admission (Err "slo_miss", kvbench
+	// --admission refuse); RefusedP99 is the router's p99 wall-clock time to refuse them.
+	// They count in Errors too and never in goodput.
+	Refused    int     `json:"refused"`
+	RefusedP99 float64 `json:"refused_p99_s"`
+	// MissPrecision and MissRecall grade the prediction as a refusal decision, over the
+	// requests that were routed (not refused) with a prediction: "predicted TTFT > SLO"
+	// against "observed TTFT > SLO". Precision: of those predicted to miss, the share
+	// that did; recall: of those that missed, the share predicted to. NaN-free: 0 when
+	// undefined (see MissPredicted, Missed).
+	MissPrecision float64  `json:"miss_precision"`
+	MissRecall    float64  `json:"miss_recall"`
+	MissPredicted int      `json:"miss_predicted"`
+	Missed        int      `json:"missed"`
+	Results       []Result `json:"results,omitempty"`
 }
 
 // Summarize computes the summary of results. slo is the TTFT objective; bound the
@@ -88,6 +105,8 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	var prompt, cached int
 	var first, last time.Duration = -1, 0
 	met, loads := 0, 0
+	var refuse []float64
+	tp := 0
 	for _, r := range rs {
 		if r.AdapterLoad {
 			loads++
@@ -100,6 +119,10 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 		}
 		if r.Err != "" {
 			s.Errors++
+			if r.Err == "slo_miss" {
+				s.Refused++
+				refuse = append(refuse, r.RefuseWall.Seconds())
+			}
 			continue
 		}
 		if r.Worker != "" {
@@ -115,6 +138,18 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 		}
 		prompt += r.PromptTokens
 		cached += r.CachedTokens
+		if r.Predicted > 0 && r.TTFT > 0 && slo > 0 {
+			pm, m := r.Predicted > slo, r.TTFT > slo
+			if pm {
+				s.MissPredicted++
+			}
+			if m {
+				s.Missed++
+			}
+			if pm && m {
+				tp++
+			}
+		}
 		if r.Predicted > 0 && r.TTFT > 0 {
 			d := math.Abs((r.Predicted - r.TTFT).Seconds())
 			absErr = append(absErr, d)
@@ -131,6 +166,15 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	}
 	if len(rs) > 0 {
 		s.SLOMet = float64(met) / float64(len(rs))
+	}
+	if len(refuse) > 0 {
+		s.RefusedP99 = Percentile(refuse, 99)
+	}
+	if s.MissPredicted > 0 {
+		s.MissPrecision = float64(tp) / float64(s.MissPredicted)
+	}
+	if s.Missed > 0 {
+		s.MissRecall = float64(tp) / float64(s.Missed)
 	}
 	if prompt > 0 {
 		s.HitRatio = float64(cached) / float64(prompt)

@@ -79,6 +79,12 @@ type VirtualOptions struct {
 	// same ordering core `kvroute serve`/`proxy` run, here in virtual time (kvbench
 	// --qos). nil: every request is picked on arrival, as before.
 	QoS *VirtualQoS
+	// Admission, when set (and QoS is not), makes every request one of this class, from
+	// one tenant: its pick decides through admission.Policy as `kvroute serve` and
+	// `proxy` do (on_slo_miss: refuse answers at once when no worker is predicted within
+	// the objective; a queue_limit waits in the FairQueue as under QoS). kvbench
+	// --admission.
+	Admission *config.Class
 	// CacheTurnover turns on kvroute's cache-turnover price (scoring.Options.CacheTurnover,
 	// config scoring.cache_turnover; kvbench --cache-turnover).
 	CacheTurnover bool
@@ -169,6 +175,10 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	}
 	if o.ScrapeInterval <= 0 {
 		o.ScrapeInterval = time.Second
+	}
+	if o.Admission != nil && o.QoS == nil {
+		cls := *o.Admission
+		o.QoS = &VirtualQoS{Tenant: func(int) string { return "all" }, Class: func(string) config.Class { return cls }}
 	}
 	prof := o.Profile
 	clock := sim.NewClock(virtualStart)
@@ -328,11 +338,18 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		r := &results[i]
 		po := router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)}
 		if fq != nil {
-			po.SLO, po.Wait = st.cls.TTFTObjective, st.cls.QueueLimit > 0
+			cp := admission.Policy(&st.cls, 0, true)
+			po.SLO, po.Wait, po.RefuseOnSLOMiss = cp.SLO, cp.Wait, cp.RefuseOnSLOMiss
 		}
+		wall := time.Now()
 		t, err := reps[i%nrep].rt.Pick(ctx, st.req, po)
 		if errors.Is(err, router.ErrWait) {
 			return false
+		}
+		if re, ok := err.(*router.Error); ok && re.Details == "kvroute_"+router.ReasonSLOMiss {
+			r.RefuseWall = time.Since(wall) // the router's own time to refuse (wall clock)
+			fail(st, router.ReasonSLOMiss)
+			return true
 		}
 		if err != nil {
 			fail(st, err.Error())

@@ -26,10 +26,24 @@ type Class struct {
 	// MaxQueueTime is how long one request may wait; past it the request is answered
 	// 429 with x-kvroute-rejected-reason: queue_timeout. Required (> 0) with QueueLimit.
 	MaxQueueTime time.Duration `mapstructure:"max_queue_time" json:"max_queue_time"`
+	// OnSLOMiss is what happens to a request of the class that no worker is predicted
+	// to start within its objective (the class's ttft_objective, or the client's
+	// x-slo-ttft-ms when smaller): "admit" (the default; it goes to the best worker and
+	// probably misses) or "refuse" (answered 429 at once, x-kvroute-rejected-reason:
+	// slo_miss, Retry-After the predicted drain time, so its share of the fleet serves
+	// requests that can still meet theirs). With a queue, a request that would wait is
+	// refused instead when no worker is predicted in time.
+	OnSLOMiss string `mapstructure:"on_slo_miss" json:"on_slo_miss,omitempty"`
 	// Match selects the class's requests; the first class in the list that matches
 	// wins. An empty Match matches every request.
 	Match ClassMatch `mapstructure:"match" json:"match"`
 }
+
+// Class.OnSLOMiss values.
+const (
+	SLOMissAdmit  = "admit"
+	SLOMissRefuse = "refuse"
+)
 
 // ClassMatch are a class's rules; every rule that is set must hold (AND); each list
 // matches when any of its values does (OR).
@@ -87,6 +101,12 @@ func (a Admission) validateClasses() error {
 		seen[c.Name] = true
 		if c.TTFTObjective < 0 || c.QueueLimit < 0 || c.MaxQueueTime < 0 {
 			return fieldErr("admission.classes", "class %q: ttft_objective, queue_limit and max_queue_time must be ≥ 0", c.Name)
+		}
+		if !slices.Contains([]string{"", SLOMissAdmit, SLOMissRefuse}, c.OnSLOMiss) {
+			return fieldErr("admission.classes", "class %q: on_slo_miss %q is not one of admit, refuse", c.Name, c.OnSLOMiss)
+		}
+		if c.OnSLOMiss == SLOMissRefuse && c.TTFTObjective == 0 {
+			return fieldErr("admission.classes", "class %q: on_slo_miss refuse needs a ttft_objective > 0", c.Name)
 		}
 		if c.QueueLimit > 0 && c.MaxQueueTime == 0 {
 			return fieldErr("admission.classes", "class %q: queue_limit %d needs max_queue_time > 0", c.Name, c.QueueLimit)

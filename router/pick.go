@@ -21,6 +21,13 @@ import (
 type PickOptions struct {
 	RequestID string        // for logs and the admin view; "" → generated
 	SLO       time.Duration // TTFT objective from x-slo-ttft-ms; 0 none
+	// RefuseOnSLOMiss refuses the request (429, x-kvroute-rejected-reason: slo_miss,
+	// Retry-After = the best worker's predicted TTFT minus the SLO: the time its queue
+	// needs to drain that far) when no worker is predicted to start it within SLO,
+	// instead of sending it to the best of the workers that miss. Needs SLO > 0; a
+	// pick without token information is refused when its load-only prediction (queue
+	// and overhead, a lower bound of the TTFT) is past the SLO.
+	RefuseOnSLOMiss bool
 	// Exclude names a worker not to pick (a retry after that worker refused the
 	// connection); "" none.
 	Exclude string
@@ -35,10 +42,10 @@ type PickOptions struct {
 	// gateways that retry down it); 0 none.
 	Fallbacks int
 	// Classify, when set, is called once per Pick with the prompt tokens the router
-	// counted (0 unknown), before the decision; it returns the SLO to pick with
-	// (replacing SLO) and whether the request may wait (Wait). Admission's QoS classes
-	// use it: a class can match on prompt length.
-	Classify func(promptTokens int) (slo time.Duration, wait bool)
+	// counted (0 unknown), before the decision; the ClassPolicy it returns replaces SLO,
+	// RefuseOnSLOMiss and Wait. Admission's QoS classes use it: a class can match on
+	// prompt length.
+	Classify func(promptTokens int) ClassPolicy
 	// Wait (with SLO > 0) makes Pick answer ErrWait, booking nothing, when the
 	// worker the policy would pick is saturated (Options.Saturation): its engine would
 	// not schedule the request at its next step, so sending it there only queues it
@@ -53,6 +60,15 @@ type PickOptions struct {
 	// decides as a dry run first (scoring.Input.DryRun) when any candidate is
 	// saturated; only a pick that goes ahead changes its state.
 	Wait bool
+}
+
+// ClassPolicy is what a request's class decides for its pick (PickOptions.Classify):
+// its TTFT objective, whether it may wait in kvroute's queue, whether it is refused
+// when no worker is predicted to meet the objective.
+type ClassPolicy struct {
+	SLO             time.Duration
+	Wait            bool
+	RefuseOnSLOMiss bool
 }
 
 // Pick chooses a worker for req and books it. The returned Ticket must be ended with
@@ -89,11 +105,15 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	d := r.opt.Policy.Pick(&in.Input, cands)
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
 		r.mu.Unlock()
-		r.m.Errors.WithLabelValues("shed").Inc()
 		ra := d.RetryAfter
 		if ra <= 0 {
 			ra = time.Second
 		}
+		if d.Reason == scoring.ReasonSLO {
+			r.m.Errors.WithLabelValues("slo_miss").Inc()
+			return nil, sloMissError(d, in.SLO, ra)
+		}
+		r.m.Errors.WithLabelValues("shed").Inc()
 		return nil, &Error{Status: StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: ra,
 			Message: "all workers are predicted to miss the TTFT limit; retry later"}
 	}
@@ -194,8 +214,10 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 			in.path, in.Tokens, in.PromptTokens = res.Path, res.Tokens, res.PromptTokens
 		}
 	}
+	in.RefuseOnSLOMiss = opt.RefuseOnSLOMiss
 	if opt.Classify != nil {
-		in.SLO, in.wait = opt.Classify(in.PromptTokens)
+		cp := opt.Classify(in.PromptTokens)
+		in.SLO, in.wait, in.RefuseOnSLOMiss = cp.SLO, cp.Wait, cp.RefuseOnSLOMiss
 	}
 	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
 		// Routing considers the first limit tokens: what is hashed, looked up and booked

@@ -2,7 +2,9 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers"
@@ -75,4 +77,28 @@ func (r *Router) waitLocked(in *input, cands []scoring.Candidate) bool {
 		return false // the pick refuses it: let Pick answer so
 	}
 	return r.opt.Saturation.SaturatedOn(cands[d.Index].Worker, cands[d.Index].Booked)
+}
+
+// RejectedReasonHeader names why kvroute refused a request itself (the admission
+// stage's reasons, and ReasonSLOMiss).
+const RejectedReasonHeader = "x-kvroute-rejected-reason"
+
+// ReasonSLOMiss is the x-kvroute-rejected-reason of a request refused because no
+// worker was predicted to start it within its TTFT objective (PickOptions.RefuseOnSLOMiss).
+const ReasonSLOMiss = "slo_miss"
+
+// sloMissError is the 429 for a request no worker is predicted to start within slo:
+// Retry-After ra (the best predicted TTFT's excess over slo, at least 1 s, capped by
+// scoring.retry_after_max), the best prediction in the message.
+func sloMissError(d scoring.Decision, slo, ra time.Duration) *Error {
+	best := time.Duration(-1)
+	for _, p := range d.Predictions {
+		if best < 0 || p.TTFT < best {
+			best = p.TTFT
+		}
+	}
+	return &Error{Status: StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: ra, Details: "kvroute_" + ReasonSLOMiss,
+		Message: fmt.Sprintf("no worker is predicted to start this request within its TTFT objective of %.3gs (best predicted %.3gs); retry later",
+			slo.Seconds(), max(best, 0).Seconds()),
+		Header: [][2]string{{RejectedReasonHeader, ReasonSLOMiss}}}
 }

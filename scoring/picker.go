@@ -13,7 +13,9 @@ import (
 //     among those the one needing the least prefill work (fewest uncached tokens —
 //     it spends the least GPU time, leaving capacity for others), then fewest in-flight
 //     tokens, then at random (reason "slo"). When none meets it, fall through (or shed
-//     when ShedOnSLOMiss).
+//     when ShedOnSLOMiss or Input.RefuseOnSLOMiss, reason "slo", Retry-After ≈ the
+//     best prediction's excess over the SLO: how far the best worker's queue must
+//     drain before a request like this one could start in time).
 //  3. Otherwise the lowest prediction; workers within the near-tie margin of it are
 //     ties, broken by the least prefill work for this request (fewest uncached tokens:
 //     a prefix cached — or being prefilled, speculatively indexed — on one worker is not
@@ -64,9 +66,18 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, cost [
 			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cached[i], 0) })
 			return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, cached, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
-		if o.ShedOnSLOMiss {
-			return shed(o, preds, bestTTFT-in.SLO)
+		if o.ShedOnSLOMiss || in.RefuseOnSLOMiss {
+			d := shed(o, preds, bestTTFT-in.SLO)
+			d.Reason = ReasonSLO
+			return d
 		}
+	}
+	if in.SLO > 0 && degraded && in.RefuseOnSLOMiss && bestTTFT > in.SLO {
+		// without tokens the predictions hold only queue and overhead: a lower bound of
+		// the TTFT, so one past the SLO misses it whatever the prompt
+		d := shed(o, preds, bestTTFT-in.SLO)
+		d.Reason = ReasonSLO
+		return d
 	}
 	best := 0
 	for i := range cost {

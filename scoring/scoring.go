@@ -81,8 +81,11 @@ type Input struct {
 	BlockSize    int           // tokens per KV block for this model
 	MaxTokens    int           // requested output limit; 0 unknown
 	SLO          time.Duration // per-request TTFT objective (x-slo-ttft-ms); 0 none
-	Degraded     string        // why routing information is missing ("" = full information)
-	Now          time.Time
+	// RefuseOnSLOMiss sheds this request (Decision.Shed, Reason ReasonSLO) when no
+	// worker is predicted within SLO, as Options.ShedOnSLOMiss does for every request.
+	RefuseOnSLOMiss bool
+	Degraded        string // why routing information is missing ("" = full information)
+	Now             time.Time
 	// DryRun is set by explain requests: the policy must decide exactly as it would, but
 	// change no state (no round-robin advance, no LRU/tree insert) and count no metrics.
 	DryRun bool

@@ -79,7 +79,9 @@ func run(args []string) error {
 	numBlocks := fs.Int("num-gpu-blocks", 0, "virtual: override the profile's KV capacity in blocks")
 	policies := fs.String("policies", "all", "virtual: comma-separated scoring policies, or all")
 	lag := fs.Duration("event-lag", 5*time.Millisecond, "virtual: KV event delay from engine to index")
-	slo := fs.Duration("slo", 8*time.Second, "TTFT objective for goodput")
+	slo := fs.Duration("slo", 8*time.Second, "TTFT objective for goodput (and for --admission, --flow-control)")
+	admMode := fs.String("admission", "", "virtual: also run kvroute behind SLO admission with objective --slo, as `kvroute serve` decides it (admission.Policy): refuse (answer 429 at arrival when no worker is predicted to start the request within --slo)")
+	flowControl := fs.Bool("flow-control", false, "virtual: also run an llm-d-style flow-control baseline: llmd_prefix_affinity behind kvroute's queue, a request waits while the worker it would get is saturated, TTL --slo")
 	out := fs.String("out", "bench-out", "directory for report.json and SVG plots")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (terminal only), always, never")
 	keep := fs.Bool("keep-results", false, "include per-request results in report.json")
@@ -253,6 +255,10 @@ func run(args []string) error {
 		if *policies != "all" {
 			names = strings.Split(*policies, ",")
 		}
+		runs, err := virtualRuns(names, *admMode, *flowControl, *slo)
+		if err != nil {
+			return err
+		}
 		if len(speeds) > 0 || len(slows) > 0 {
 			rep.Params["worker_speeds"], rep.Params["slow"] = *speedsFlag, slowFlags.String()
 			rep.Params["known_speeds"] = strconv.FormatBool(*knownSpeeds)
@@ -273,16 +279,17 @@ func run(args []string) error {
 				bound := bench.HitBound(wl, prof.BlockSize)
 				pooled := bench.HitBoundLRU(wl, prof.BlockSize, *nworkers*prof.NumBlocks)
 				var g []bench.Summary
-				for _, p := range names {
-					bar.Start(fmt.Sprintf("%s %s seed %d", a, p, sd))
+				for _, run := range runs {
+					p := run.policy
+					bar.Start(fmt.Sprintf("%s %s seed %d", a, run.label, sd))
 					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
 						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog,
 						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval,
-						ExchangeSync: *exSync, PeerState: *peerState})
+						ExchangeSync: *exSync, PeerState: *peerState, Admission: run.cls})
 					if err != nil {
 						return err
 					}
-					label := p
+					label := run.label
 					if *nreplicas > 1 {
 						label = fmt.Sprintf("%s×%d %s", p, *nreplicas, map[bool]string{false: "shared", true: "blind"}[*blind])
 					}
