@@ -35,7 +35,7 @@ func newRouter(reg prometheus.Registerer) *Router {
 		DecisionSeconds: must(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "decision_duration_seconds", Help: "Time to make one pick (index lookup, scoring, booking), tokenization excluded.", Buckets: FastBuckets})),
 		Errors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "errors_total", Help: "Requests the router refused, by reason (unknown_model, no_worker, subset, shed)."}, []string{"reason"})),
+			Name: "errors_total", Help: "Requests the router refused, by reason (unknown_model, no_worker, subset, shed, slo_miss: no worker predicted within the class objective under on_slo_miss: refuse)."}, []string{"reason"})),
 		InFlight: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "in_flight_requests", Help: "Requests routed by kvroute and not yet finished, per worker."}, []string{"worker"})),
 		InFlightTokens: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
