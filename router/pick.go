@@ -123,6 +123,9 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		Model: in.Model, PromptTokens: in.PromptTokens, CachedTokens: c.CachedTokens, Reason: d.Reason,
 		Path: in.path, Degraded: in.Degraded, Start: in.Now, booked: c.Booked, load: c.Load,
 	}
+	if in.RefuseOnSLOMiss {
+		t.refuseSLO = in.SLO // admitted under the refusal rule: its TTFT calibrates it
+	}
 	if d.Predictions != nil {
 		t.Predicted = d.Predictions[d.Index]
 	}
@@ -218,6 +221,9 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if opt.Classify != nil {
 		cp := opt.Classify(in.PromptTokens)
 		in.SLO, in.wait, in.RefuseOnSLOMiss = cp.SLO, cp.Wait, cp.RefuseOnSLOMiss
+	}
+	if in.RefuseOnSLOMiss && in.SLO > 0 {
+		in.RefuseAbove = time.Duration(float64(in.SLO) / r.sloMargin.get())
 	}
 	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
 		// Routing considers the first limit tokens: what is hashed, looked up and booked

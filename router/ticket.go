@@ -36,9 +36,10 @@ type Ticket struct {
 	// (PickOptions.Fallbacks of them at most); nil unless asked for.
 	Fallbacks []string
 
-	prefill int            // booked uncached prefill tokens
-	booked  scoring.Booked // the worker's bookings before this one (learning feature)
-	load    workers.Load
+	prefill   int            // booked uncached prefill tokens
+	refuseSLO time.Duration  // the objective of a request admitted under PickOptions.RefuseOnSLOMiss; 0 none
+	booked    scoring.Booked // the worker's bookings before this one (learning feature)
+	load      workers.Load
 
 	// guarded by r.mu
 	firstAt time.Time
@@ -84,6 +85,9 @@ func (t *Ticket) FirstToken(at time.Time) {
 	}
 	r.mu.Unlock()
 	ttft := at.Sub(t.Start)
+	if t.refuseSLO > 0 {
+		r.sloMargin.observe(ttft, t.refuseSLO)
+	}
 	r.m.TicketsReleased.WithLabelValues("first_token").Inc()
 	r.m.TTFTSeconds.WithLabelValues(on).Observe(ttft.Seconds())
 	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved {

@@ -55,6 +55,11 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, cost [
 		return shed(o, preds, bestTTFT-o.MaxTTFT)
 	}
 	degraded := in.Degraded != "" || in.PromptTokens <= 0
+	if in.RefuseOnSLOMiss && in.SLO > 0 && !degraded && in.RefuseAbove > 0 && bestTTFT > in.RefuseAbove {
+		d := shed(o, preds, bestTTFT-in.RefuseAbove)
+		d.Reason = ReasonSLO
+		return d
+	}
 	if in.SLO > 0 && !degraded {
 		var meet []int
 		for i := range preds {

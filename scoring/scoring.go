@@ -84,8 +84,11 @@ type Input struct {
 	// RefuseOnSLOMiss sheds this request (Decision.Shed, Reason ReasonSLO) when no
 	// worker is predicted within SLO, as Options.ShedOnSLOMiss does for every request.
 	RefuseOnSLOMiss bool
-	Degraded        string // why routing information is missing ("" = full information)
-	Now             time.Time
+	// RefuseAbove, with RefuseOnSLOMiss, is the predicted TTFT past which the request is
+	// refused: the SLO divided by the router's learned margin (0 = the SLO).
+	RefuseAbove time.Duration
+	Degraded    string // why routing information is missing ("" = full information)
+	Now         time.Time
 	// DryRun is set by explain requests: the policy must decide exactly as it would, but
 	// change no state (no round-robin advance, no LRU/tree insert) and count no metrics.
 	DryRun bool
