@@ -201,7 +201,7 @@ func (a *Admitter) pick(ctx context.Context, rt *router.Router, req *request.Req
 	}
 	pick := func() (*router.Ticket, error) {
 		t, err := rt.Pick(ctx, req, po)
-		if re, ok := err.(*router.Error); ok && a != nil && cls != nil && re.Details == "kvroute_"+router.ReasonSLOMiss {
+		if re, ok := router.AsSLOMiss(err); ok && a != nil && cls != nil {
 			a.refuse(a.labels.Labels(in.Tenant, cls.Name), router.ReasonSLOMiss)
 			re.Header = append(re.Header, [2]string{"x-kvroute-class", cls.Name})
 		}

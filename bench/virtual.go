@@ -305,7 +305,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		if errors.Is(err, router.ErrWait) {
 			return false
 		}
-		if re, ok := err.(*router.Error); ok && re.Details == "kvroute_"+router.ReasonSLOMiss {
+		if _, ok := router.AsSLOMiss(err); ok {
 			r.RefuseWall = time.Since(wall) // the router's own time to refuse (wall clock)
 			fail(st, router.ReasonSLOMiss)
 			return true

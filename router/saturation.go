@@ -87,6 +87,13 @@ const RejectedReasonHeader = "x-kvroute-rejected-reason"
 // worker was predicted to start it within its TTFT objective (PickOptions.RefuseOnSLOMiss).
 const ReasonSLOMiss = "slo_miss"
 
+// AsSLOMiss returns err as the *Error of a request refused for its predicted TTFT
+// (PickOptions.RefuseOnSLOMiss), or false for any other error.
+func AsSLOMiss(err error) (*Error, bool) {
+	re, ok := err.(*Error)
+	return re, ok && re.Details == "kvroute_"+ReasonSLOMiss
+}
+
 // sloMissError is the 429 for a request no worker is predicted to start within slo:
 // Retry-After ra (the best predicted TTFT's excess over slo, at least 1 s, capped by
 // scoring.retry_after_max), the best prediction in the message.

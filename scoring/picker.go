@@ -71,7 +71,9 @@ func choose(o *Options, in *Input, cands []Candidate, preds []Prediction, cost [
 			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cached[i], 0) })
 			return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, cached, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
-		if o.ShedOnSLOMiss || in.RefuseOnSLOMiss {
+		// Input.RefuseAbove (the router's calibrated threshold) decided above; without
+		// it the SLO itself is the threshold
+		if o.ShedOnSLOMiss || in.RefuseOnSLOMiss && in.RefuseAbove <= 0 {
 			d := shed(o, preds, bestTTFT-in.SLO)
 			d.Reason = ReasonSLO
 			return d
