@@ -68,7 +68,7 @@ test-short:
 demo: build
 	@scripts/demo.sh
 
-# Virtual-time scoreboard: kvroute ÷ best peer on every issue-12 workload, all policies,
+# Virtual-time scoreboard: kvroute ÷ best peer on every scoreboard workload, all policies,
 # 15 seeds where seed-sensitive; regenerates BENCHMARKS.md's scoreboard section (BENCH_DOC= to skip).
 bench: build
 	@scripts/bench.sh
