@@ -63,6 +63,7 @@ type Summary struct {
 	E2Ep50            float64        `json:"e2e_p50_s"`
 	E2Ep99            float64        `json:"e2e_p99_s"`
 	ITLp50            float64        `json:"itl_p50_s"`
+	ITLp90            float64        `json:"itl_p90_s"`
 	Goodput           float64        `json:"goodput_rpm"`                    // requests per minute meeting the TTFT SLO
 	SLO               float64        `json:"slo_ttft_s"`                     // the SLO used
 	SLOMet            float64        `json:"slo_met_frac"`                   // fraction of requests meeting it
@@ -158,7 +159,7 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	}
 	s.TTFTp50, s.TTFTp90, s.TTFTp99 = Percentile(ttft, 50), Percentile(ttft, 90), Percentile(ttft, 99)
 	s.E2Ep50, s.E2Ep99 = Percentile(e2e, 50), Percentile(e2e, 99)
-	s.ITLp50 = Percentile(itl, 50)
+	s.ITLp50, s.ITLp90 = Percentile(itl, 50), Percentile(itl, 90)
 	if first >= 0 && last > first {
 		s.DurationS = (last - first).Seconds()
 		s.Goodput = float64(met) / s.DurationS * 60

@@ -142,3 +142,15 @@ func (v *VirtualEngine) step() {
 		v.step()
 	})
 }
+
+// Release frees the blocks a finished prefill request holds for its remote decode
+// engine (Engine.Release) and resumes stepping if the engine was idle (requests may
+// have waited for those blocks); it reports whether req held blocks.
+func (v *VirtualEngine) Release(req *Request) bool {
+	ok := v.Engine.Release(req)
+	if ok && !v.busy {
+		v.busy = true
+		v.step()
+	}
+	return ok
+}
