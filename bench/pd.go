@@ -112,10 +112,10 @@ func pdRoles(prefill, decode int, decodeRole workers.Role) []workers.Role {
 	return out
 }
 
-// pdProfile sets the P/D link of a row's engines: 25 GB/s (a 200 Gb/s RDMA link) and
+// PDProfile sets the P/D link of a row's engines: 25 GB/s (a 200 Gb/s RDMA link) and
 // 2 ms per read, kvroute's defaults (scoring.kv_transfer_bytes_per_second,
 // kv_transfer_latency): the operator configured the link it has.
-func pdProfile(p *sim.Profile) {
+func PDProfile(p *sim.Profile) {
 	p.KVTransferBytesPerSecond, p.KVTransferLatency = 25e9, 2*time.Millisecond
 }
 

@@ -317,7 +317,7 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 							pol, roles = "kvroute", nil
 						}
 						if roles != nil {
-							pdProfile(&prof)
+							PDProfile(&prof)
 						}
 						var rs []Result
 						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: pol, Arrivals: a, Roles: roles,

@@ -17,8 +17,11 @@ type Result struct {
 	OutputTokens int           `json:"output_tokens"`
 	CachedTokens int           `json:"cached_tokens"`
 	Worker       string        `json:"worker,omitempty"`
-	Predicted    time.Duration `json:"predicted_ttft_ns,omitempty"` // router's prediction (virtual runs)
-	Err          string        `json:"error,omitempty"`
+	// PrefillWorker is the worker that prefilled remotely for Worker (virtual P/D runs);
+	// "" when Worker prefilled itself.
+	PrefillWorker string        `json:"prefill_worker,omitempty"`
+	Predicted     time.Duration `json:"predicted_ttft_ns,omitempty"` // router's prediction (virtual runs)
+	Err           string        `json:"error,omitempty"`
 	// QoS runs (VirtualOptions.QoS): the request's tenant and class, and how long it
 	// waited in kvroute's queue (included in TTFT and E2E, which count from arrival).
 	Tenant string        `json:"tenant,omitempty"`

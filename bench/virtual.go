@@ -275,8 +275,8 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if out.First {
 				st.first = now
 				r.TTFT = now.Sub(st.sent)
-				r.CachedTokens, r.AdapterLoad = out.CachedTokens, out.LoRALoaded
-				if st.release != nil { // the decode engine has read the prefill's KV
+				r.CachedTokens, r.AdapterLoad = out.CachedTokens-out.RemoteTokens, out.LoRALoaded // KV read from a prefill worker is not a cache hit
+				if st.release != nil {                                                            // the decode engine has read the prefill's KV
 					st.release()
 					st.release = nil
 				}
@@ -338,7 +338,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		if syncEx != nil {
 			syncEx(i % nrep)
 		}
-		r.Worker = t.Worker
+		r.Worker, r.PrefillWorker = t.Worker, t.PrefillWorker
 		r.Predicted = t.Predicted.TTFT
 		r.Queued = clock.Now().Sub(st.sent)
 		if fq != nil {

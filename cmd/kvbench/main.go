@@ -45,7 +45,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("kvbench", flag.ContinueOnError)
-	workload := fs.String("workload", "shared-prefix", "shared-prefix, multi-turn, lora or trace")
+	workload := fs.String("workload", "shared-prefix", "shared-prefix, multi-turn, lora, pd (prefill/decode disaggregation) or trace")
 	seed := fs.Uint64("seed", 1, "seed of the workload, arrivals and policies")
 	requests := fs.Int("requests", 300, "shared-prefix: requests")
 	prefixes := fs.Int("prefixes", 8, "shared-prefix: K prefixes")
@@ -86,6 +86,7 @@ func run(args []string) error {
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (terminal only), always, never")
 	keep := fs.Bool("keep-results", false, "include per-request results in report.json")
 	lf := addLoadFlags(fs)
+	pf := addPDFlags(fs)
 	speedsFlag := fs.String("worker-speeds", "", "virtual: true speed factor per worker, e.g. 1,1,2,3 (step time ÷ factor; missing = 1)")
 	var slowFlags multi
 	fs.Var(&slowFlags, "slow", "virtual: W:AT:F makes worker W (0-based) F times slower from AT, e.g. 0:2m:3 (repeatable)")
@@ -126,6 +127,10 @@ func run(args []string) error {
 	}
 	if *workload == "lora" {
 		prof.MaxLoRAs, prof.LoRALoadTime = *maxLoras, *loraLoad
+	}
+	roles, err := pf.roles(*workload, *nworkers, &prof)
+	if err != nil {
+		return err
 	}
 	speeds, err := bench.ParseSpeeds(*speedsFlag)
 	if err != nil {
@@ -181,6 +186,8 @@ func run(args []string) error {
 		case "lora":
 			return bench.LoRA(bench.LoRAOptions{Adapters: *adapters, Skew: *adapterSkew, SystemTokens: *sysTok, UserTokens: *userTok,
 				OutputTokens: *outputTok, Requests: *requests, Seed: seed}), nil
+		case "pd":
+			return pf.workload(*requests, seed)
 		case "trace":
 			return traceW, nil
 		}
@@ -252,6 +259,9 @@ func run(args []string) error {
 		if *workload == "lora" {
 			names = bench.LoRAPolicies
 		}
+		if *workload == "pd" {
+			names = bench.PDPolicies
+		}
 		if *policies != "all" {
 			names = strings.Split(*policies, ",")
 		}
@@ -285,7 +295,7 @@ func run(args []string) error {
 					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
 						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog,
 						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval,
-						ExchangeSync: *exSync, PeerState: *peerState, Admission: run.cls})
+						ExchangeSync: *exSync, PeerState: *peerState, Admission: run.cls, Roles: roles})
 					if err != nil {
 						return err
 					}
