@@ -221,7 +221,8 @@ func staticWorkers(cfg *config.Config) []*workers.Worker {
 		if len(models) == 0 {
 			models = all
 		}
-		out = append(out, &workers.Worker{Name: name, Address: w.Address, Models: models,
+		role, _ := workers.ParseRole(w.Role) // validated by config.Validate
+		out = append(out, &workers.Worker{Name: name, Address: w.Address, Models: models, Role: role,
 			KVEvents: workers.KVEvents{Endpoint: w.KVEvents.Endpoint, ReplayEndpoint: w.KVEvents.ReplayEndpoint, Topic: w.KVEvents.Topic, DPSize: w.KVEvents.DPSize},
 			Profile:  workerProfile(w.Profile)})
 	}

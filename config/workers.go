@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/workers"
 )
 
 // Model describes one served model.
@@ -43,6 +45,9 @@ type Worker struct {
 	Models   []string       `mapstructure:"models"`  // served model names; empty = every configured model
 	KVEvents WorkerKVEvents `mapstructure:"kv_events"`
 	Profile  WorkerProfile  `mapstructure:"profile"`
+	// Role is the worker's part in prefill/decode disaggregation: prefill, decode or
+	// both ("" = both, an aggregated worker). See docs/pd.md.
+	Role string `mapstructure:"role"`
 }
 
 // WorkerKVEvents says where the worker publishes vLLM KV events.
@@ -142,6 +147,9 @@ func validateWorkers(ws []Worker, ms []Model, d Discovery) error {
 		}
 		if w.Profile.PrefillTokensPerSecond < 0 || w.Profile.DecodeTokensPerSecond < 0 {
 			return fieldErr(key+".profile", "token rates must be ≥ 0")
+		}
+		if _, err := workers.ParseRole(w.Role); err != nil {
+			return fieldErr(key+".role", "%v", err)
 		}
 		if w.Profile.MaxNumSeqs < 0 {
 			return fieldErr(key+".profile.max_num_seqs", "must be ≥ 0 requests, got %d", w.Profile.MaxNumSeqs)

@@ -83,12 +83,25 @@ func (r *Router) book(t *Ticket, keys []kvindex.Key) {
 		t.spec.Store(&b)
 		r.noteChange() // the keys being prefilled changed (LocalBookings)
 	}
+	if t.PrefillWorker != "" { // the prefill worker computes them too (and keeps them cached)
+		if pb := r.opt.Index.Book(t.PrefillWorker, keys); pb.Len() > 0 {
+			t.pfSpec.Store(&pb)
+		}
+	}
 }
 
 // withdraw removes t's speculative index entries (the request failed before the worker
 // computed its blocks).
 func (r *Router) withdraw(t *Ticket) {
 	if b := t.spec.Swap(nil); b != nil && r.opt.Index != nil {
+		r.m.SpecWithdrawn.Add(float64(r.opt.Index.Withdraw(*b)))
+	}
+	r.withdrawPrefill(t)
+}
+
+// withdrawPrefill removes t's speculative index entries on its prefill worker.
+func (r *Router) withdrawPrefill(t *Ticket) {
+	if b := t.pfSpec.Swap(nil); b != nil && r.opt.Index != nil {
 		r.m.SpecWithdrawn.Add(float64(r.opt.Index.Withdraw(*b)))
 	}
 }

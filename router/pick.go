@@ -102,7 +102,18 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		r.mu.Unlock()
 		return nil, ErrWait
 	}
-	d := r.opt.Policy.Pick(&in.Input, cands)
+	var pd scoring.PairDecision
+	pair := disaggregated(cands)
+	if pair && !anyDecodes(cands) {
+		r.mu.Unlock()
+		return nil, r.noHealthy(req.Model) // prefill-only workers answer no request
+	}
+	if pair {
+		pd = r.pickPairLocked(in, cands)
+	} else {
+		pd = scoring.PairDecision{Decision: r.opt.Policy.Pick(&in.Input, cands), Prefill: -1}
+	}
+	d := pd.Decision
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
 		r.mu.Unlock()
 		ra := d.RetryAfter
@@ -129,6 +140,9 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	if d.Predictions != nil {
 		t.Predicted = d.Predictions[d.Index]
 	}
+	if pair && pd.Predicted.TTFT > 0 {
+		t.Predicted = pd.Predicted
+	}
 	if opt.Fallbacks > 0 {
 		t.Fallbacks = fallbacks(cands, d, opt.Fallbacks)
 	}
@@ -138,8 +152,14 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	}
 	t.on, t.onAddress = t.Worker, t.Address
 	r.tickets[t.id] = t
+	if pd.Prefill >= 0 && pd.Prefill < len(cands) && pd.Prefill != d.Index {
+		r.setPrefillLocked(t, &cands[pd.Prefill], pd.PrefillPredicted)
+	}
 	t.bookLocked(r.flightLocked(t.Worker), 1)
 	r.mu.Unlock()
+	if pair {
+		r.m.PDDecisions.WithLabelValues(pdDecision(t)).Inc()
+	}
 	r.book(t, in.Keys)
 	r.m.DecisionSeconds.Observe(time.Since(start).Seconds())
 	r.m.Decisions.WithLabelValues(t.Worker, d.Reason).Inc()
@@ -316,7 +336,7 @@ func (r *Router) prepolicy(in *input, cands []scoring.Candidate) {
 func fallbacks(cands []scoring.Candidate, d scoring.Decision, n int) []string {
 	order := make([]int, 0, len(cands))
 	for i := range cands {
-		if i != d.Index {
+		if i != d.Index && cands[i].Worker.Role.Decodes() { // a prefill-only worker answers no request
 			order = append(order, i)
 		}
 	}

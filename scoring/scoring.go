@@ -97,13 +97,17 @@ type Input struct {
 }
 
 // Prediction is a predicted TTFT and its terms, all in seconds of wall time.
-// TTFT = Queue + Prefill + Overhead + Adapter.
+// TTFT = Queue + Prefill + Overhead + Adapter (+ Transfer for a prefill/decode pair).
 type Prediction struct {
 	TTFT     time.Duration
 	Queue    time.Duration // waiting behind prefill work and decode interference already on the worker
 	Prefill  time.Duration // prefilling this request's uncached tokens (+ lower-tier transfer)
 	Overhead time.Duration // fixed per-request time
 	Adapter  time.Duration // loading the request's LoRA adapter there (and waiting for a slot); 0 when loaded or none
+	// Transfer is moving the prefilled KV from the prefill worker to the decode worker
+	// of a disaggregated pair (PairDecision), with the decode worker's wait for its first
+	// step; 0 for a local prefill.
+	Transfer time.Duration
 	// Features are the model's terms under the worker's prior coefficients, in seconds
 	// (see Features); the learner regresses the observed TTFT on them. Zero for
 	// policies that do not predict.

@@ -4,6 +4,7 @@
 package workers
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,41 @@ type Worker struct {
 	Models   []string // served model names (and LoRA adapters) this worker accepts; empty = any
 	KVEvents KVEvents
 	Profile  Profile
+	// Role is the worker's part in prefill/decode disaggregation: RolePrefill,
+	// RoleDecode or RoleBoth ("" = RoleBoth).
+	Role Role
 }
+
+// Role is a worker's part in prefill/decode disaggregation (P/D): vLLM's
+// --kv-transfer-config kv_role (kv_producer prefills and hands its KV cache on,
+// kv_consumer receives it and decodes, kv_both does either; vllm/config/kv_transfer.py).
+type Role string
+
+// The roles. The zero value is RoleBoth: an aggregated worker.
+const (
+	RoleBoth    Role = "both"    // prefills and decodes: aggregated, or either leg of a pair
+	RolePrefill Role = "prefill" // prefill only: the first leg of a disaggregated request
+	RoleDecode  Role = "decode"  // decode: receives a request's KV from a prefill worker (or prefills it itself)
+)
+
+// ParseRole returns the role named s ("" → RoleBoth) or an error naming the choices.
+func ParseRole(s string) (Role, error) {
+	switch Role(s) {
+	case "", RoleBoth:
+		return RoleBoth, nil
+	case RolePrefill, RoleDecode:
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("role %q is not one of prefill, decode, both", s)
+}
+
+// Prefills reports whether a worker of role r may prefill a request whose decode runs
+// on another worker (prefill or both).
+func (r Role) Prefills() bool { return r != RoleDecode }
+
+// Decodes reports whether a worker of role r may decode (decode, both or unset): a
+// prefill-only worker never serves a request's response.
+func (r Role) Decodes() bool { return r != RolePrefill }
 
 // Serves reports whether w serves model. A worker with no Models serves any model
 // (a configuration that lists workers but no models).
@@ -152,7 +187,7 @@ func (r *Registry) Set(ws []*Worker) {
 }
 
 func sameWorker(a, b *Worker) bool {
-	if a.Address != b.Address || a.KVEvents != b.KVEvents || a.Profile != b.Profile || len(a.Models) != len(b.Models) {
+	if a.Address != b.Address || a.Role != b.Role || a.KVEvents != b.KVEvents || a.Profile != b.Profile || len(a.Models) != len(b.Models) {
 		return false
 	}
 	for i := range a.Models {
