@@ -108,7 +108,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	var models []router.Model
 	for _, m := range cfg.Models {
-		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base, MaxModelLen: m.MaxModelLen})
+		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base, MaxModelLen: m.MaxModelLen,
+			KVBytesPerToken: m.KVBytes()})
 	}
 	// Tokenization: per-model path chains (local tokenizer, then a worker's /tokenize),
 	// remote calls spread round robin over the model's healthy workers.

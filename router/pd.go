@@ -83,6 +83,7 @@ func (t *Ticket) bookPrefillLocked(f *flight, sign int) {
 	f.booked.Requests += sign
 	f.booked.Prefilling += sign
 	f.booked.PrefillTokens += sign * t.pf.tokens
+	f.booked.KVTokens += sign * t.PromptTokens
 	t.r.gaugesLocked(t.pf.on, f)
 }
 
@@ -124,7 +125,7 @@ func (t *Ticket) prefillObservationLocked(at time.Time) (scoring.Observation, bo
 // then a pair pick (pickPairLocked).
 func disaggregated(cands []scoring.Candidate) bool {
 	for i := range cands {
-		if r := cands[i].Worker.Role; r == workers.RolePrefill || r == workers.RoleDecode {
+		if cands[i].Worker.Role != workers.RoleAggregated {
 			return true
 		}
 	}
@@ -143,39 +144,37 @@ func anyDecodes(cands []scoring.Candidate) bool {
 
 // pickPairLocked chooses the decode worker and, unless it prefills locally, the prefill
 // worker: the policy's PickPair when it is a scoring.PairPicker, else the plain pair
-// pick — the policy's Pick among the workers that may prefill (prefill, both); a
-// prefill-only winner pairs with the decode worker holding the fewest booked requests
-// (then fewest decoding, then name), a both-role winner serves the request alone. With
-// no prefill-capable worker the request goes to the least-loaded decode worker, which
-// prefills it. Decision.Index −1 (or Shed) is a refusal. Caller holds r.mu.
+// pick — the policy's Pick among the workers that prefill (prefill, both, aggregated;
+// the decode workers too when there are no others); a prefill-only winner pairs with the
+// decode or both worker holding the fewest booked requests (then fewest decoding, then
+// name), any other winner serves the request alone. Decision.Index −1 (or Shed) is a
+// refusal. Caller holds r.mu.
 func (r *Router) pickPairLocked(in *input, cands []scoring.Candidate) scoring.PairDecision {
 	if pp, ok := r.opt.Policy.(scoring.PairPicker); ok {
 		return pp.PickPair(&in.Input, cands)
 	}
 	var pre, dec []int
 	for i := range cands {
-		if cands[i].Worker.Role.Prefills() {
+		if role := cands[i].Worker.Role; role != workers.RoleDecode {
 			pre = append(pre, i)
 		}
-		if cands[i].Worker.Role.Decodes() {
+		if cands[i].Worker.Role.ReceivesKV() {
 			dec = append(dec, i)
 		}
 	}
 	if len(dec) == 0 {
-		return scoring.PairDecision{Decision: scoring.Decision{Index: -1, Reason: scoring.ReasonPolicy}, Prefill: -1}
-	}
-	leastLoaded := func() int {
-		best := dec[0]
-		for _, i := range dec[1:] {
-			a, b := cands[i].Booked, cands[best].Booked
-			if a.Requests < b.Requests || a.Requests == b.Requests && a.Decoding < b.Decoding {
-				best = i
+		// no worker receives KV: only the prefill-capable workers that decode too serve
+		pre = pre[:0]
+		for i := range cands {
+			if cands[i].Worker.Role.Decodes() {
+				pre = append(pre, i)
 			}
 		}
-		return best
 	}
 	if len(pre) == 0 {
-		return scoring.PairDecision{Decision: scoring.Decision{Index: leastLoaded(), Reason: scoring.ReasonPolicy}, Prefill: -1}
+		for i := range cands {
+			pre = append(pre, i) // decode workers only: each prefills its own
+		}
 	}
 	sub := make([]scoring.Candidate, len(pre))
 	for j, i := range pre {
@@ -191,9 +190,16 @@ func (r *Router) pickPairLocked(in *input, cands []scoring.Candidate) scoring.Pa
 		out.Predicted = d.Predictions[d.Index]
 	}
 	if cands[p].Worker.Role.Decodes() {
-		return out // a both-role worker: aggregated
+		return out // serves the request alone
 	}
-	out.Index, out.Prefill, out.PrefillPredicted = leastLoaded(), p, out.Predicted
+	best := dec[0]
+	for _, i := range dec[1:] {
+		a, b := cands[i].Booked, cands[best].Booked
+		if a.Requests < b.Requests || a.Requests == b.Requests && a.Decoding < b.Decoding {
+			best = i
+		}
+	}
+	out.Index, out.Prefill, out.PrefillPredicted = best, p, out.Predicted
 	return out
 }
 

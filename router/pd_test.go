@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/response"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers"
 )
 
@@ -246,4 +247,28 @@ func TestPDNoDecodeWorker(t *testing.T) {
 	if !errors.As(err, &e) || e.Status != StatusServiceUnavailable {
 		t.Fatalf("err %v, want a 503", err)
 	}
+}
+
+// With kvroute's own policy (a scoring.PairPicker) the ticket carries the pair's
+// prediction, transfer included, and the prefill leg's own prediction teaches the
+// prefill worker.
+func TestPDPairPickerPolicy(t *testing.T) {
+	f, _ := pdFixture(t)
+	pol := scoring.NewPredictor(scoring.DefaultOptions(), true)
+	f.r = New(Options{Registry: f.reg, Models: []Model{{Name: "m", BlockSize: 16, KVBytesPerToken: 1 << 20}}, Policy: pol,
+		TicketTTL: time.Minute, Metrics: f.ms, Now: f.clk.now})
+	tk := f.pdPick(t, 8192, 1)
+	if tk.PrefillWorker == "" {
+		t.Fatal("an 8192-token prompt on an idle pool was not disaggregated")
+	}
+	// 8192 tokens × 1 MiB ÷ 25 GB/s ≈ 344 ms: the model's KV size reached the prediction
+	if tk.Predicted.Transfer < 300*time.Millisecond || tk.Predicted.TTFT <= tk.Predicted.Transfer {
+		t.Fatalf("pair prediction %+v, want a transfer ≥ 300 ms inside the TTFT", tk.Predicted)
+	}
+	f.clk.add(2 * time.Second)
+	tk.PrefillDone(nil)
+	if c, ok := pol.Coefficients(tk.PrefillWorker); !ok || c.Observations != 1 {
+		t.Fatalf("prefill worker coefficients %+v (ok %v), want one observation", c, ok)
+	}
+	tk.Done(200, response.Usage{}, time.Time{})
 }

@@ -147,6 +147,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		t.Fallbacks = fallbacks(cands, d, opt.Fallbacks)
 	}
 	t.prefill = max(in.PromptTokens-c.CachedTokens, 0)
+	t.kvTokens = max(in.PromptTokens, 0) + max(in.MaxTokens, 0)
 	if t.RequestID == "" {
 		t.RequestID = fmt.Sprintf("kvr-%d", t.id)
 	}
@@ -214,7 +215,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		md = Model{Name: req.Model, BlockSize: r.opt.DefaultBlockSize}
 	}
 	in := &input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
-		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now()}}
+		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now(), KVBytesPerToken: md.KVBytesPerToken}}
 	if md.Base != "" {
 		in.Adapter = md.Name // a LoRA adapter of md.Base: vLLM's lora_name is the served adapter name
 	}

@@ -29,6 +29,11 @@ type Model struct {
 	// MaxModelLen is the model's context length in tokens (vLLM --max-model-len); 0
 	// unknown. It caps the prompt tokens considered for routing (Options.MaxPromptTokens).
 	MaxModelLen int
+	// KVBytesPerToken is the model's KV cache per token, bytes: 2 (K and V) × layers ×
+	// KV heads × head dim × KV dtype bytes (vllm/v1/kv_cache_interface.py
+	// FullAttentionSpec.page_size_bytes ÷ block_size); 0 → scoring's default
+	// (scoring.kv_bytes_per_token). It prices a disaggregated pair's KV transfer.
+	KVBytesPerToken float64
 }
 
 // DefaultMaxPromptTokens caps the prompt tokens considered for routing of a model

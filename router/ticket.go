@@ -50,6 +50,7 @@ type Ticket struct {
 	PrefillCachedTokens int
 
 	prefill   int            // booked uncached prefill tokens
+	kvTokens  int            // KV footprint booked: prompt + requested output tokens
 	refuseSLO time.Duration  // the objective of a request admitted under PickOptions.RefuseOnSLOMiss; 0 none
 	booked    scoring.Booked // the worker's bookings before this one (learning feature)
 	load      workers.Load

@@ -185,10 +185,24 @@ func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) flo
 	return rho
 }
 
-// Pick implements Policy: predictions for every candidate, then choose (picker.go).
-func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
-	preds := make([]Prediction, len(cands))
-	st := make([]candState, len(cands))
+// scored is one pick's per-candidate work: predictions, their by-products, the costs
+// the choice ranks by (TTFT plus the delay the pick imposes on later requests), and
+// each worker's decayed writes.
+type scored struct {
+	preds  []Prediction
+	st     []candState
+	cost   []time.Duration
+	writes []float64
+	pool   [NumTerms]float64 // the pool's factors (exploration)
+	k      float64           // congestion factor ρ/(1−ρ)
+	tau    float64           // reuse interval of the prompt's blocks (CacheTurnover)
+	reused bool
+}
+
+// score predicts every candidate and prices it (Pick and PickPair share it).
+func (p *Predictor) score(in *Input, cands []Candidate) scored {
+	sc := scored{preds: make([]Prediction, len(cands)), st: make([]candState, len(cands))}
+	preds, st := sc.preds, sc.st
 	var fresh []int
 	p.mu.RLock()
 	for i := range cands {
@@ -210,33 +224,38 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		}
 		p.mu.Unlock()
 	}
-	writes := make([]float64, len(cands))
-	var pool [NumTerms]float64
+	sc.writes = make([]float64, len(cands))
 	p.mu.RLock()
 	for i := range cands {
 		if c := &cands[i]; c.Worker != nil {
-			writes[i] = p.peerWrites(c)
+			sc.writes[i] = p.peerWrites(c)
 			if wm := p.workers[c.Worker.Name]; wm != nil {
-				writes[i] += wm.writes.at(in.Now, p.o.WriteHalfLife)
+				sc.writes[i] += wm.writes.at(in.Now, p.o.WriteHalfLife)
 			}
 		}
 	}
 	util := p.utilLocked(in, cands, st)
-	pool = p.poolFactors()
-	tau, reused := 0.0, false
+	sc.pool = p.poolFactors()
 	if p.o.CacheTurnover {
-		tau, reused = p.reuse.interval(in.Keys, in.Now)
+		sc.tau, sc.reused = p.reuse.interval(in.Keys, in.Now)
 	}
 	p.mu.RUnlock()
-	k := congestion(&p.o, util)
-	cost := make([]time.Duration, len(cands))
-	for i := range cost {
-		cost[i] = preds[i].TTFT + time.Duration(k*st[i].prefill*float64(time.Second))
+	sc.k = congestion(&p.o, util)
+	sc.cost = make([]time.Duration, len(cands))
+	for i := range sc.cost {
+		sc.cost[i] = preds[i].TTFT + time.Duration(sc.k*st[i].prefill*float64(time.Second))
 		if p.o.CacheTurnover {
-			cost[i] += time.Duration((1 + k) * p.turnover(in, &cands[i], writes[i], tau, st[i].rate) * float64(time.Second))
+			sc.cost[i] += time.Duration((1 + sc.k) * p.turnover(in, &cands[i], sc.writes[i], sc.tau, st[i].rate) * float64(time.Second))
 		}
-		cost[i] += time.Duration(displacement(&p.o, st[i].adapter, st[i].theta[TermAdapter]) * float64(time.Second))
+		sc.cost[i] += time.Duration(displacement(&p.o, st[i].adapter, st[i].theta[TermAdapter]) * float64(time.Second))
 	}
+	return sc
+}
+
+// Pick implements Policy: predictions for every candidate, then choose (picker.go).
+func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
+	sc := p.score(in, cands)
+	preds, st, cost, writes, pool, k := sc.preds, sc.st, sc.cost, sc.writes, sc.pool, sc.k
 	d := choose(&p.o, in, cands, preds, cost, st, writes)
 	if p.learn && p.o.ExploreFraction > 0 && len(cands) > 1 && !d.Shed && d.Reason != ReasonDegraded && d.Reason != ReasonSLO &&
 		p.o.Rand.Float64() < p.o.ExploreFraction {
@@ -253,18 +272,25 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 			d.Index, d.Reason = e.Index, ReasonExplore
 		}
 	}
+	p.commit(in, cands, d, &sc)
+	return d
+}
+
+// commit records a decision that goes ahead (not a dry run, not shed): the chosen
+// worker's writes, backlog and adapter use, the prompt's reuse, and the pick's metrics.
+func (p *Predictor) commit(in *Input, cands []Candidate, d Decision, sc *scored) {
 	if !in.DryRun && !d.Shed && d.Index >= 0 && cands[d.Index].Worker != nil {
 		c := &cands[d.Index]
 		u := float64(max(in.PromptTokens-c.CachedTokens, 0))
 		p.mu.Lock()
 		if wm := p.workers[c.Worker.Name]; wm != nil {
 			wm.writes.add(u, in.Now, p.o.WriteHalfLife)
-			wm.backlog.add(float64(max(in.PromptTokens-st[d.Index].cached, 0)), c.Booked.PrefillTokens, in.Now, st[d.Index].rate)
+			wm.backlog.add(float64(max(in.PromptTokens-sc.st[d.Index].cached, 0)), c.Booked.PrefillTokens, in.Now, sc.st[d.Index].rate)
 			wm.recordAdapter(in, c)
 		}
 		if p.o.CacheTurnover {
 			p.reuse.horizon = 10 * p.o.WriteHalfLife
-			p.reuse.record(in.Keys, in.Now, tau, reused)
+			p.reuse.record(in.Keys, in.Now, sc.tau, sc.reused)
 		}
 		p.mu.Unlock()
 	}
@@ -275,14 +301,13 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		if d.Shed {
 			p.m.Shed.WithLabelValues(p.name).Inc()
 		} else {
-			p.m.PredictedTTFT.WithLabelValues(cands[d.Index].Worker.Name).Observe(preds[d.Index].TTFT.Seconds())
+			p.m.PredictedTTFT.WithLabelValues(cands[d.Index].Worker.Name).Observe(d.Predictions[d.Index].TTFT.Seconds())
 			p.m.Picks.WithLabelValues(p.name, d.Reason).Inc()
-			if as := st[d.Index].adapter; as != AdapterNone {
+			if as := sc.st[d.Index].adapter; as != AdapterNone {
 				p.m.AdapterPicks.WithLabelValues(as.String()).Inc()
 			}
 		}
 	}
-	return d
 }
 
 // turnover is the cache-turnover price of placing the request on c (turnoverCost):

@@ -16,6 +16,11 @@ type Booked struct {
 	Prefilling    int `json:"prefilling"`     // booked requests without a first token yet
 	Decoding      int `json:"decoding"`       // booked requests past their first token, still generating
 	Unsized       int `json:"unsized"`        // of Prefilling: booked without a known prompt size (token-less, degraded)
+	// KVTokens is the KV footprint of the booked requests, tokens: each one's prompt
+	// plus its requested output (max_tokens; 0 when unknown), on the worker that decodes
+	// it and, until its prefill leg ends, on its prefill worker. Not exchanged with
+	// peer replicas.
+	KVTokens int `json:"kv_tokens"`
 }
 
 // AddShared adds o's Requests, PrefillTokens, Prefilling and Decoding to b: the counts
@@ -80,7 +85,11 @@ type Input struct {
 	Keys         []kvindex.Key // block keys of Tokens; nil when unavailable
 	BlockSize    int           // tokens per KV block for this model
 	MaxTokens    int           // requested output limit; 0 unknown
-	SLO          time.Duration // per-request TTFT objective (x-slo-ttft-ms); 0 none
+	// KVBytesPerToken is the model's KV cache size per token, bytes (the model's
+	// router.Model.KVBytesPerToken); 0 → Options.KVBytesPerToken. It prices the
+	// prefill→decode KV transfer of a disaggregated pair (pd.go).
+	KVBytesPerToken float64
+	SLO             time.Duration // per-request TTFT objective (x-slo-ttft-ms); 0 none
 	// RefuseOnSLOMiss sheds this request (Decision.Shed, Reason ReasonSLO) when no
 	// worker is predicted within SLO, as Options.ShedOnSLOMiss does for every request.
 	RefuseOnSLOMiss bool

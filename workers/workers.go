@@ -38,40 +38,45 @@ type Worker struct {
 	Models   []string // served model names (and LoRA adapters) this worker accepts; empty = any
 	KVEvents KVEvents
 	Profile  Profile
-	// Role is the worker's part in prefill/decode disaggregation: RolePrefill,
-	// RoleDecode or RoleBoth ("" = RoleBoth).
+	// Role is the worker's part in prefill/decode disaggregation (RolePrefill,
+	// RoleDecode, RoleBoth); "" an aggregated worker, never in a pair.
 	Role Role
 }
 
-// Role is a worker's part in prefill/decode disaggregation (P/D): vLLM's
-// --kv-transfer-config kv_role (kv_producer prefills and hands its KV cache on,
-// kv_consumer receives it and decodes, kv_both does either; vllm/config/kv_transfer.py).
+// Role is a worker's part in prefill/decode disaggregation (P/D), after vLLM's
+// --kv-transfer-config kv_role (vllm/config/kv_transfer.py): kv_producer prefills and
+// hands its KV cache on, kv_consumer receives it and decodes, kv_both does either. The
+// zero value is a worker without a KV connector: it serves each request alone.
 type Role string
 
-// The roles. The zero value is RoleBoth: an aggregated worker.
+// The roles.
 const (
-	RoleBoth    Role = "both"    // prefills and decodes: aggregated, or either leg of a pair
-	RolePrefill Role = "prefill" // prefill only: the first leg of a disaggregated request
-	RoleDecode  Role = "decode"  // decode: receives a request's KV from a prefill worker (or prefills it itself)
+	RoleAggregated Role = ""        // no KV connector: prefills and decodes its own requests only
+	RolePrefill    Role = "prefill" // prefill only: the first leg of a disaggregated request
+	RoleDecode     Role = "decode"  // decodes, from a prefill worker's KV or prefilling itself
+	RoleBoth       Role = "both"    // either leg of a pair, or a request alone
 )
 
-// ParseRole returns the role named s ("" → RoleBoth) or an error naming the choices.
+// ParseRole returns the role named s ("" → RoleAggregated) or an error naming the
+// choices.
 func ParseRole(s string) (Role, error) {
 	switch Role(s) {
-	case "", RoleBoth:
-		return RoleBoth, nil
-	case RolePrefill, RoleDecode:
+	case RoleAggregated, RolePrefill, RoleDecode, RoleBoth:
 		return Role(s), nil
 	}
-	return "", fmt.Errorf("role %q is not one of prefill, decode, both", s)
+	return "", fmt.Errorf("role %q is not one of prefill, decode, both (or empty: aggregated)", s)
 }
 
-// Prefills reports whether a worker of role r may prefill a request whose decode runs
-// on another worker (prefill or both).
-func (r Role) Prefills() bool { return r != RoleDecode }
+// Prefills reports whether a worker of role r may prefill for another worker (prefill
+// or both).
+func (r Role) Prefills() bool { return r == RolePrefill || r == RoleBoth }
 
-// Decodes reports whether a worker of role r may decode (decode, both or unset): a
-// prefill-only worker never serves a request's response.
+// ReceivesKV reports whether a worker of role r may decode from another worker's
+// prefill (decode or both).
+func (r Role) ReceivesKV() bool { return r == RoleDecode || r == RoleBoth }
+
+// Decodes reports whether a worker of role r may answer a request (every role but
+// prefill).
 func (r Role) Decodes() bool { return r != RolePrefill }
 
 // Serves reports whether w serves model. A worker with no Models serves any model
