@@ -34,18 +34,6 @@ type PairDecision struct {
 	PrefillPredicted Prediction
 }
 
-// satDuration converts seconds to a Duration, saturating at ±MaxPredictedTerm (NaN
-// counts as the bound), as predict does for every term.
-func satDuration(s float64) time.Duration {
-	switch {
-	case s >= MaxPredictedTerm.Seconds() || s != s:
-		return MaxPredictedTerm
-	case s <= -MaxPredictedTerm.Seconds():
-		return -MaxPredictedTerm
-	}
-	return time.Duration(s * float64(time.Second))
-}
-
 // transfer is the time from the end of a remote prefill to the decode worker c's first
 // step with the request, seconds of wall time (saturating at MaxPredictedTerm):
 //
