@@ -67,6 +67,9 @@ func TestPDTicketBooksBothWorkers(t *testing.T) {
 	if ix.Entries() != 2*640/16 {
 		t.Fatalf("speculative entries %d, want the prompt's 40 blocks on each worker of the pair", ix.Entries())
 	}
+	if ws, ts := f.r.Snapshot(); len(ts) != 1 || ts[0].PrefillWorker != pw || ts[0].Worker != dw || ws[0].Role != workers.RoleDecode {
+		t.Fatalf("admin view %+v / %+v, want the ticket's prefill worker %s and the workers' roles", ts, ws, pw)
+	}
 	if got := testutil.ToFloat64(f.ms.Router.PDDecisions.WithLabelValues("remote")); got != 1 {
 		t.Fatalf("pd_decisions_total{remote} = %v, want 1", got)
 	}
