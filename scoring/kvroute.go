@@ -187,8 +187,9 @@ func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) flo
 
 // Pick implements Policy: predictions for every candidate, then choose (picker.go).
 func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
-	preds := make([]Prediction, len(cands))
-	st := make([]candState, len(cands))
+	sc, n := in.scratch(), len(cands)
+	sc.preds, sc.st, sc.writes, sc.cost = grown(sc.preds, n), grown(sc.st, n), grown(sc.writes, n), grown(sc.cost, n)
+	preds, st, writes, cost := sc.preds, sc.st, sc.writes, sc.cost
 	var fresh []int
 	p.mu.RLock()
 	for i := range cands {
@@ -210,10 +211,10 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		}
 		p.mu.Unlock()
 	}
-	writes := make([]float64, len(cands))
 	var pool [NumTerms]float64
 	p.mu.RLock()
 	for i := range cands {
+		writes[i] = 0
 		if c := &cands[i]; c.Worker != nil {
 			writes[i] = p.peerWrites(c)
 			if wm := p.workers[c.Worker.Name]; wm != nil {
@@ -229,7 +230,6 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 	}
 	p.mu.RUnlock()
 	k := congestion(&p.o, util)
-	cost := make([]time.Duration, len(cands))
 	for i := range cost {
 		cost[i] = preds[i].TTFT + time.Duration(k*st[i].prefill*float64(time.Second))
 		if p.o.CacheTurnover {
@@ -237,18 +237,19 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		}
 		cost[i] += time.Duration(displacement(&p.o, st[i].adapter, st[i].theta[TermAdapter]) * float64(time.Second))
 	}
-	d := choose(&p.o, in, cands, preds, cost, st, writes)
+	d := choose(&p.o, sc, in, cands, preds, cost, st, writes)
 	if p.learn && p.o.ExploreFraction > 0 && len(cands) > 1 && !d.Shed && d.Reason != ReasonDegraded && d.Reason != ReasonSLO &&
 		p.o.Rand.Float64() < p.o.ExploreFraction {
 		// Exploration: decide as the pool's model would (every worker at the pool's
 		// factors), so a worker whose own factors shut it out is still observed. It
 		// counts as exploration only where it leaves the near-ties of the own-factor cost.
-		ex := make([]time.Duration, len(cands))
+		sc.ex = grown(sc.ex, n)
+		ex := sc.ex
 		for i := range ex {
 			pp := predict(preds[i].Features, &pool)
 			ex[i] = pp.TTFT + time.Duration(k*pool[TermPrefill]*preds[i].Features[TermPrefill]*float64(time.Second))
 		}
-		if e := choose(&p.o, in, cands, preds, ex, st, writes); !e.Shed && e.Index >= 0 &&
+		if e := choose(&p.o, sc, in, cands, preds, ex, st, writes); !e.Shed && e.Index >= 0 &&
 			cost[e.Index] > cost[d.Index]+max(time.Duration(float64(cost[d.Index])*p.o.TieMargin), p.o.TieMarginMin) {
 			d.Index, d.Reason = e.Index, ReasonExplore
 		}

@@ -24,12 +24,14 @@ type prepared struct {
 // Prepare implements Preparer: one prediction per candidate with the worker's current
 // factors and the candidate's Booked as given.
 func (p *Predictor) Prepare(in *Input, cands []Candidate) {
-	pr := &prepared{preds: make([]Prediction, len(cands)), st: make([]candState, len(cands)), fresh: make([]bool, len(cands)),
-		booked: make([]Booked, len(cands)), names: make([]string, len(cands))}
+	pr, n := &in.scratch().prep, len(cands)
+	pr.preds, pr.st, pr.fresh = grown(pr.preds, n), grown(pr.st, n), grown(pr.fresh, n)
+	pr.booked, pr.names = grown(pr.booked, n), grown(pr.names, n)
 	p.mu.RLock()
 	for i := range cands {
 		pr.preds[i], pr.fresh[i] = p.predictLocked(in, &cands[i], &pr.st[i])
 		pr.booked[i] = cands[i].Booked
+		pr.names[i] = ""
 		if cands[i].Worker != nil {
 			pr.names[i] = cands[i].Worker.Name
 		}
