@@ -17,10 +17,11 @@ type ktab struct {
 	n int
 }
 
-// home is k's preferred slot. Block keys are xxhash output (uniform), so no mixing:
-// one multiply-shift range reduction of the bits below the 5 that chose the shard.
+// home is k's preferred slot: the keyed mix (block keys may be chosen by a KV event
+// publisher or a peer, so their own bits are not trusted to be uniform), then one
+// multiply-shift range reduction of the bits below the 5 that chose the shard.
 func (t *ktab) home(k uint64) int {
-	hi, _ := bits.Mul64(k<<5, uint64(len(t.s)))
+	hi, _ := bits.Mul64(mix(k)<<5, uint64(len(t.s)))
 	return int(hi)
 }
 
