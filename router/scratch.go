@@ -47,6 +47,7 @@ func (sc *pickScratch) reset() {
 	clear(sc.cands)
 	clear(sc.loads)
 	clear(sc.matches)
+	sc.policy.Reset()
 	sc.in = input{}
 }
 

@@ -22,6 +22,13 @@ type Scratch struct {
 	ties   []int
 }
 
+// Reset drops what s points at (worker models and names of its last pick), keeping its
+// arrays: for a Scratch kept in a pool between picks.
+func (s *Scratch) Reset() {
+	clear(s.prep.wms)
+	clear(s.prep.names)
+}
+
 // scratch is in's Scratch, or a new one for this pick when the caller lent none.
 func (in *Input) scratch() *Scratch {
 	if in.Scratch != nil {
