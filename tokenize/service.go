@@ -117,9 +117,10 @@ type modelState struct {
 	loadErr error
 	paths   []Path
 
-	mu      sync.Mutex // guards health and lastMod
+	mu      sync.Mutex // guards health, lastMod and lastRen
 	health  map[Path]*PathHealth
 	lastMod CacheStats
+	lastRen RenderCacheStats // guarded by mu: the render cache's counters last moved into the metrics
 	shadow  shadowState // guarded by Service.smu
 }
 
@@ -410,10 +411,10 @@ func (s *Service) observeCache(st *modelState) {
 	if st.model == nil {
 		return
 	}
-	cs := st.model.CacheStats()
+	cs, rs := st.model.CacheStats(), st.model.RenderCacheStats()
 	st.mu.Lock()
-	prev := st.lastMod
-	st.lastMod = cs
+	prev, prevR := st.lastMod, st.lastRen
+	st.lastMod, st.lastRen = cs, rs
 	st.mu.Unlock()
 	name := st.cfg.Name
 	if d := cs.Hits - prev.Hits; d > 0 {
@@ -429,6 +430,24 @@ func (s *Service) observeCache(st *modelState) {
 		s.m.CacheEvictions.WithLabelValues(name).Add(float64(d))
 	}
 	s.m.CacheBytes.WithLabelValues(name).Set(float64(cs.Bytes))
+	if d := rs.Hits - prevR.Hits; d > 0 {
+		s.m.RenderHits.WithLabelValues(name).Add(float64(d))
+	}
+	if d := rs.Misses - prevR.Misses; d > 0 {
+		s.m.RenderMisses.WithLabelValues(name).Add(float64(d))
+	}
+	if d := rs.Evictions - prevR.Evictions; d > 0 {
+		s.m.RenderEvictions.WithLabelValues(name).Add(float64(d))
+	}
+	if d := rs.Disagreements - prevR.Disagreements; d > 0 {
+		s.m.RenderDisagreements.WithLabelValues(name).Add(float64(d))
+	}
+	s.m.RenderBytes.WithLabelValues(name).Set(float64(rs.Bytes))
+	off := 0.0
+	if rs.Off {
+		off = 1
+	}
+	s.m.RenderOff.WithLabelValues(name).Set(off)
 }
 
 // local tokenizes in process. why is "" on success, else a failure reason.
