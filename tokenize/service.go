@@ -121,7 +121,7 @@ type modelState struct {
 	health  map[Path]*PathHealth
 	lastMod CacheStats
 	lastRen RenderCacheStats // guarded by mu: the render cache's counters last moved into the metrics
-	shadow  shadowState // guarded by Service.smu
+	shadow  shadowState      // guarded by Service.smu
 }
 
 // PathHealth is one path's record for one model, as shown by /debug/tokenize.
