@@ -474,7 +474,8 @@ func TestProofOnlyForInputsThatComeBack(t *testing.T) {
 
 // The render cache's counters reach the client_golang metrics (observeCache, after
 // each local tokenization): a conversation tokenized turn by turn through the Service
-// shows the hits, misses and bytes RenderCacheStats reports, and no disagreement.
+// shows the hits, misses and bytes RenderCacheStats reports, and no disagreement; the
+// segment cache's hits and misses are its CacheStats'.
 func TestRenderCacheMetrics(t *testing.T) {
 	m := loadFamily(t, "qwen3")
 	if m.render == nil {
@@ -514,6 +515,9 @@ func TestRenderCacheMetrics(t *testing.T) {
 		"bytes":         {testutil.ToFloat64(ms.RenderBytes.WithLabelValues("qwen3")), float64(st.Bytes)},
 		"disagreements": {testutil.ToFloat64(ms.RenderDisagreements.WithLabelValues("qwen3")), 0},
 		"off":           {testutil.ToFloat64(ms.RenderOff.WithLabelValues("qwen3")), 0},
+		// the segment cache's, moved by the same loop
+		"segment hits":   {testutil.ToFloat64(ms.CacheHits.WithLabelValues("qwen3")), float64(m.CacheStats().Hits)},
+		"segment misses": {testutil.ToFloat64(ms.CacheMisses.WithLabelValues("qwen3")), float64(m.CacheStats().Misses)},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("render cache %s: metric %v, stats %v", what, pair[0], pair[1])

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 )
@@ -417,31 +419,20 @@ func (s *Service) observeCache(st *modelState) {
 	st.lastMod, st.lastRen = cs, rs
 	st.mu.Unlock()
 	name := st.cfg.Name
-	if d := cs.Hits - prev.Hits; d > 0 {
-		s.m.CacheHits.WithLabelValues(name).Add(float64(d))
-	}
-	if d := cs.Misses - prev.Misses; d > 0 {
-		s.m.CacheMisses.WithLabelValues(name).Add(float64(d))
-	}
-	if d := cs.HitTextBytes - prev.HitTextBytes; d > 0 {
-		s.m.CacheHitBytes.WithLabelValues(name).Add(float64(d))
-	}
-	if d := cs.Evictions - prev.Evictions; d > 0 {
-		s.m.CacheEvictions.WithLabelValues(name).Add(float64(d))
+	for _, c := range []struct {
+		v         *prometheus.CounterVec
+		now, last int64
+	}{
+		{s.m.CacheHits, cs.Hits, prev.Hits}, {s.m.CacheMisses, cs.Misses, prev.Misses},
+		{s.m.CacheHitBytes, cs.HitTextBytes, prev.HitTextBytes}, {s.m.CacheEvictions, cs.Evictions, prev.Evictions},
+		{s.m.RenderHits, rs.Hits, prevR.Hits}, {s.m.RenderMisses, rs.Misses, prevR.Misses},
+		{s.m.RenderEvictions, rs.Evictions, prevR.Evictions}, {s.m.RenderDisagreements, rs.Disagreements, prevR.Disagreements},
+	} {
+		if d := c.now - c.last; d > 0 {
+			c.v.WithLabelValues(name).Add(float64(d))
+		}
 	}
 	s.m.CacheBytes.WithLabelValues(name).Set(float64(cs.Bytes))
-	if d := rs.Hits - prevR.Hits; d > 0 {
-		s.m.RenderHits.WithLabelValues(name).Add(float64(d))
-	}
-	if d := rs.Misses - prevR.Misses; d > 0 {
-		s.m.RenderMisses.WithLabelValues(name).Add(float64(d))
-	}
-	if d := rs.Evictions - prevR.Evictions; d > 0 {
-		s.m.RenderEvictions.WithLabelValues(name).Add(float64(d))
-	}
-	if d := rs.Disagreements - prevR.Disagreements; d > 0 {
-		s.m.RenderDisagreements.WithLabelValues(name).Add(float64(d))
-	}
 	s.m.RenderBytes.WithLabelValues(name).Set(float64(rs.Bytes))
 	off := 0.0
 	if rs.Off {
