@@ -75,7 +75,9 @@ type ClassPolicy struct {
 // Done or Abort (FirstToken first, when observed); an unended ticket is released by the
 // sweep after TicketTTL. Errors are *Error.
 func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions) (*Ticket, error) {
-	in, cands, err := r.prepare(ctx, req, opt)
+	sc := getScratch()
+	defer putScratch(sc)
+	in, cands, err := r.prepare(ctx, req, opt, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +186,14 @@ type input struct {
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
-// index lookup, scraped load.
-func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOptions) (*input, []scoring.Candidate, error) {
-	ws, known, version := r.opt.Registry.CandidatesAt(req.Model, nil)
+// index lookup, scraped load. What it returns lives in sc (nil: a new one), for the
+// pick's duration.
+func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOptions, sc *pickScratch) (*input, []scoring.Candidate, error) {
+	if sc == nil {
+		sc = new(pickScratch)
+	}
+	ws, known, version := r.opt.Registry.CandidatesAt(req.Model, sc.ws[:0])
+	sc.ws = ws
 	if !known {
 		if req.Model == "" {
 			r.m.Errors.WithLabelValues("no_worker").Inc()
@@ -214,8 +221,9 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if !ok {
 		md = Model{Name: req.Model, BlockSize: r.opt.DefaultBlockSize}
 	}
-	in := &input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
-		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now(), KVBytesPerToken: md.KVBytesPerToken}}
+	in := &sc.in
+	*in = input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
+		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now(), KVBytesPerToken: md.KVBytesPerToken, Scratch: &sc.policy}}
 	if md.Base != "" {
 		in.Adapter = md.Name // a LoRA adapter of md.Base: vLLM's lora_name is the served adapter name
 	}
@@ -257,10 +265,13 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		if md.Base != "" {
 			ns.Model, ns.LoRA = md.Base, md.Name
 		}
-		in.Keys = kvindex.HashBlocks(ns.Seed(), in.Tokens, md.BlockSize, make([]kvindex.Key, 0, len(in.Tokens)/md.BlockSize))
+		in.Keys = kvindex.HashBlocks(ns.Seed(), in.Tokens, md.BlockSize, sc.keys[:0])
+		sc.keys = in.Keys
 	}
-	cands := make([]scoring.Candidate, len(ws))
-	loads := r.opt.Registry.Loads(ws, make([]workers.Load, 0, len(ws)))
+	sc.cands = grown(sc.cands, len(ws))
+	cands := sc.cands
+	loads := r.opt.Registry.Loads(ws, sc.loads[:0])
+	sc.loads = loads
 	for i, w := range ws {
 		cands[i] = scoring.Candidate{Worker: w, Load: loads[i]}
 	}
@@ -268,7 +279,8 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		_, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanIndexLookup)
 		defer span.End()
 		span.SetAttributes(attribute.Int("kvroute.blocks", len(in.Keys)))
-		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
+		sc.matches = r.opt.Index.Lookup(in.Keys, sc.matches[:0])
+		for _, m := range sc.matches {
 			// ws is sorted by name (Registry.Candidates): a binary search per match, no map.
 			if i, ok := slices.BinarySearchFunc(ws, m.Worker, func(w *workers.Worker, name string) int {
 				return strings.Compare(w.Name, name)

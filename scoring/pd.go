@@ -193,7 +193,7 @@ func (p *Predictor) choosePrefill(in *Input, cands []Candidate, sc *scored, skip
 	for j, i := range idx {
 		sub[j], preds[j], cost[j], st[j], writes[j] = cands[i], sc.preds[i], sc.cost[i], sc.st[i], sc.writes[i]
 	}
-	d := choose(&p.o, in, sub, preds, cost, st, writes)
+	d := choose(&p.o, sc.sc, in, sub, preds, cost, st, writes)
 	if d.Shed {
 		d.Predictions = sc.preds
 		return d

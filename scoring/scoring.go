@@ -101,6 +101,10 @@ type Input struct {
 	// DryRun is set by explain requests: the policy must decide exactly as it would, but
 	// change no state (no round-robin advance, no LRU/tree insert) and count no metrics.
 	DryRun bool
+	// Scratch, when set, is the working memory the policy keeps its per-candidate
+	// slices in (Scratch's doc); the Decision's Predictions then live in it. nil: the
+	// pick allocates its own.
+	Scratch *Scratch
 
 	prepared *prepared // set by a Preparer's Prepare for the Pick that follows
 }
