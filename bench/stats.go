@@ -90,11 +90,24 @@ type Summary struct {
 	// against "observed TTFT > SLO". Precision: of those predicted to miss, the share
 	// that did; recall: of those that missed, the share predicted to. NaN-free: 0 when
 	// undefined (see MissPredicted, Missed).
-	MissPrecision float64  `json:"miss_precision"`
-	MissRecall    float64  `json:"miss_recall"`
-	MissPredicted int      `json:"miss_predicted"`
-	Missed        int      `json:"missed"`
-	Results       []Result `json:"results,omitempty"`
+	MissPrecision float64 `json:"miss_precision"`
+	MissRecall    float64 `json:"miss_recall"`
+	MissPredicted int     `json:"miss_predicted"`
+	Missed        int     `json:"missed"`
+	// Classes, for runs whose requests carry a class (admission runs), is per class:
+	// its requests, how many were refused, and the share of all of them (refused ones
+	// included) whose TTFT met the SLO.
+	Classes map[string]ClassMet `json:"classes,omitempty"`
+	// Flash, for --flash-crowd runs: SLO attainment by arrival window around the burst.
+	Flash   *FlashReport `json:"flash_crowd,omitempty"`
+	Results []Result     `json:"results,omitempty"`
+}
+
+// ClassMet is one class's outcome in a Summary.
+type ClassMet struct {
+	Requests int     `json:"requests"`
+	Refused  int     `json:"refused"`
+	SLOMet   float64 `json:"slo_met_frac"`
 }
 
 // Summarize computes the summary of results. slo is the TTFT objective; bound the
@@ -111,7 +124,22 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	met, loads := 0, 0
 	var refuse []float64
 	tp := 0
+	classMet := map[string]int{}
 	for _, r := range rs {
+		if r.Class != "" {
+			if s.Classes == nil {
+				s.Classes = map[string]ClassMet{}
+			}
+			c := s.Classes[r.Class]
+			c.Requests++
+			if r.Err == "slo_miss" {
+				c.Refused++
+			}
+			if r.Err == "" && r.TTFT > 0 && r.TTFT <= slo {
+				classMet[r.Class]++
+			}
+			s.Classes[r.Class] = c
+		}
 		if r.AdapterLoad {
 			loads++
 		}
@@ -170,6 +198,10 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	}
 	if len(rs) > 0 {
 		s.SLOMet = float64(met) / float64(len(rs))
+	}
+	for k, c := range s.Classes {
+		c.SLOMet = float64(classMet[k]) / float64(c.Requests)
+		s.Classes[k] = c
 	}
 	if len(refuse) > 0 {
 		s.RefusedP99 = Percentile(refuse, 99)

@@ -83,6 +83,11 @@ type VirtualOptions struct {
 	// the objective; a queue_limit waits in the FairQueue as under QoS). kvbench
 	// --admission.
 	Admission *config.Class
+	// High, with Admission and HighShare > 0, is a second class: each request is in it
+	// with probability HighShare (drawn from Seed), from tenant "high"; the rest are in
+	// Admission, from tenant "all" (kvbench --priority-share).
+	High      *config.Class
+	HighShare float64
 	// CacheTurnover turns on kvroute's cache-turnover price (scoring.Options.CacheTurnover,
 	// config scoring.cache_turnover; kvbench --cache-turnover).
 	CacheTurnover bool
@@ -147,8 +152,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		o.ScrapeInterval = time.Second
 	}
 	if o.Admission != nil && o.QoS == nil {
-		cls := *o.Admission
-		o.QoS = &VirtualQoS{Tenant: func(int) string { return "all" }, Class: func(string) config.Class { return cls }}
+		o.QoS = admissionQoS(&o, len(w.Items))
 	}
 	prof := o.Profile
 	clock := sim.NewClock(virtualStart)
@@ -318,7 +322,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		po := router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)}
 		if fq != nil {
 			cp := admission.Policy(&st.cls, 0, true)
-			po.SLO, po.Wait, po.RefuseOnSLOMiss = cp.SLO, cp.Wait, cp.RefuseOnSLOMiss
+			po.Classify = func(int) router.ClassPolicy { return cp } // as admission's Admitter does
 		}
 		wall := time.Now()
 		t, err := reps[i%nrep].rt.Pick(ctx, st.req, po)

@@ -37,6 +37,9 @@ func (t *Ticket) Complete(res response.Result, at time.Time) response.Outcome {
 		return o
 	}
 	e2e := at.Sub(t.Start)
+	if t.slo.SLO > 0 && e2e <= t.slo.SLO { // met, whenever its first token came (TTFT ≤ E2E)
+		r.sloMargin.met(t, e2e)
+	}
 	fa, on, learns := t.servedLocked()
 	r.m.E2ESeconds.WithLabelValues(on).Observe(e2e.Seconds())
 	r.m.UsageReports.WithLabelValues(res.Usage.CachedReport()).Inc()

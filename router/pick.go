@@ -69,6 +69,15 @@ type ClassPolicy struct {
 	SLO             time.Duration
 	Wait            bool
 	RefuseOnSLOMiss bool
+	// Class names the class, whose requests' outcomes calibrate its own refusal margin
+	// (slomargin.go); "" is the class of requests with no class.
+	Class string
+	// Priority: the refusal threshold of a class is tightened while a class of higher
+	// priority meets its objective less often than its Attainment asks.
+	Priority int
+	// Attainment is the share of the class's requests that should meet SLO, in (0, 1);
+	// 0 = DefaultSLOAttainment.
+	Attainment float64
 }
 
 // Pick chooses a worker for req and books it. The returned Ticket must be ended with
@@ -123,6 +132,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 			ra = time.Second
 		}
 		if d.Reason == scoring.ReasonSLO {
+			r.sloMargin.refused(in.cls)
 			r.m.Errors.WithLabelValues("slo_miss").Inc()
 			return nil, sloMissError(d, in.SLO, ra)
 		}
@@ -136,14 +146,19 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		Model: in.Model, PromptTokens: in.PromptTokens, CachedTokens: c.CachedTokens, Reason: d.Reason,
 		Path: in.path, Degraded: in.Degraded, Start: in.Now, booked: c.Booked, load: c.Load,
 	}
-	if in.RefuseOnSLOMiss {
-		t.refuseSLO = in.SLO // admitted under the refusal rule: its TTFT calibrates it
-	}
 	if d.Predictions != nil {
 		t.Predicted = d.Predictions[d.Index]
 	}
 	if pair && pd.Predicted.TTFT > 0 {
 		t.Predicted = pd.Predicted
+	}
+	if in.SLO > 0 { // its outcome calibrates its class's refusal margin and pressure
+		t.slo = in.cls
+		t.slo.SLO = in.SLO
+		if in.Degraded == "" {
+			t.sloPred = t.Predicted.TTFT
+		}
+		r.sloMargin.admitted(t, req.Stream, in.Now)
 	}
 	if opt.Fallbacks > 0 {
 		t.Fallbacks = fallbacks(cands, d, opt.Fallbacks)
@@ -183,6 +198,7 @@ type input struct {
 	path       tokenize.Path
 	regVersion uint64 // the registry version the candidates were read at
 	wait       bool   // PickOptions.Classify allowed waiting
+	cls        ClassPolicy
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
@@ -247,12 +263,14 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		}
 	}
 	in.RefuseOnSLOMiss = opt.RefuseOnSLOMiss
+	in.cls = ClassPolicy{SLO: in.SLO, RefuseOnSLOMiss: in.RefuseOnSLOMiss}
 	if opt.Classify != nil {
-		cp := opt.Classify(in.PromptTokens)
-		in.SLO, in.wait, in.RefuseOnSLOMiss = cp.SLO, cp.Wait, cp.RefuseOnSLOMiss
+		in.cls = opt.Classify(in.PromptTokens)
+		in.SLO, in.wait, in.RefuseOnSLOMiss = in.cls.SLO, in.cls.Wait, in.cls.RefuseOnSLOMiss
 	}
 	if in.RefuseOnSLOMiss && in.SLO > 0 {
-		in.RefuseAbove = time.Duration(float64(in.SLO) / r.sloMargin.get())
+		in.cls.SLO = in.SLO
+		in.RefuseAbove = r.sloMargin.threshold(in.cls, in.Now)
 	}
 	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
 		// Routing considers the first limit tokens: what is hashed, looked up and booked

@@ -136,7 +136,7 @@ type Router struct {
 
 	// peerBooked is the bookings peer replicas hold per worker (SetPeerBookings);
 	// changes counts changes of this replica's own bookings (Changes).
-	sloMargin  sloMargin // calibration of the SLO refusal rule (slomargin.go)
+	sloMargin  sloMargins // calibration of the SLO refusal rule (slomargin.go)
 	peerBooked atomic.Pointer[map[string]PeerWorker]
 	changes    atomic.Uint64
 	changed    chan struct{} // cap 1: signalled at each change (ChangeSignal)

@@ -49,11 +49,12 @@ type Ticket struct {
 	// when it is empty).
 	PrefillCachedTokens int
 
-	prefill   int            // booked uncached prefill tokens
-	kvTokens  int            // KV footprint booked: prompt + requested output tokens
-	refuseSLO time.Duration  // the objective of a request admitted under PickOptions.RefuseOnSLOMiss; 0 none
-	booked    scoring.Booked // the worker's bookings before this one (learning feature)
-	load      workers.Load
+	prefill  int            // booked uncached prefill tokens
+	kvTokens int            // KV footprint booked: prompt + requested output tokens
+	slo      ClassPolicy    // the class of a request picked with an objective (SLO > 0); zero none
+	sloPred  time.Duration  // with slo: the predicted TTFT it was admitted on; 0 none
+	booked   scoring.Booked // the worker's bookings before this one (learning feature)
+	load     workers.Load
 
 	// guarded by r.mu
 	firstAt time.Time
@@ -70,6 +71,8 @@ type Ticket struct {
 	spec     atomic.Pointer[kvindex.Booking] // speculative entries booked for it; nil none
 	pfSpec   atomic.Pointer[kvindex.Booking] // speculative entries booked on PrefillWorker; nil none
 	onFirst  atomic.Pointer[func(ttft time.Duration)]
+	// sloCounted: its outcome has been folded into its class's refusal margin.
+	sloCounted atomic.Bool
 }
 
 // OnFirstToken makes FirstToken call f with the observed TTFT (from Start to the first
@@ -107,8 +110,8 @@ func (t *Ticket) FirstToken(at time.Time) {
 	learns := t.learnsLocked()
 	r.mu.Unlock()
 	ttft := at.Sub(t.Start)
-	if t.refuseSLO > 0 {
-		r.sloMargin.observe(ttft, t.refuseSLO)
+	if t.slo.SLO > 0 {
+		r.sloMargin.observe(t, ttft)
 	}
 	r.m.TicketsReleased.WithLabelValues("first_token").Inc()
 	r.m.TTFTSeconds.WithLabelValues(on).Observe(ttft.Seconds())
