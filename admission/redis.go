@@ -309,25 +309,50 @@ func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, er
 		return Reservation{}, nil, fmt.Errorf("%w: redis reserve: %v", errNoBackend, err)
 	}
 	r.up()
-	ref := &Refusal{TokenLimit: p.tokens[0].limit, TokensRemaining: max(p.tokens[0].limit-v[4], 0),
-		RequestLimit: p.rpm, RequestsRemaining: max(p.rpm-v[3], 0), Reset: resetIn(now), Window: window}
-	switch v[0] {
-	case 0:
+	admitted, ref, err := decodeReserve(v, p, now)
+	if err != nil { // whatever ran, nothing may stay charged under this ticket
+		r.later(settleOp{res: Reservation{Tenant: p.tenant, Tokens: p.cost, tokens: p.tokens, wins: wins, ticket: ticket},
+			cancel: true, until: now.Add(r.cfg.TicketTTL)})
+		return Reservation{}, nil, err
+	}
+	if admitted {
 		res := Reservation{Tenant: p.tenant, Tokens: p.cost, tokens: p.tokens, wins: wins, ticket: ticket, via: r}
 		r.leases.hold(res, now)
 		return res, nil, nil
+	}
+	return Reservation{}, ref, nil
+}
+
+// decodeReserve reads reserveScript's reply {code, index, used, requests, minute
+// used} for plan p: admitted, or the refusal, or an error for a cancelled ticket (code
+// 4) and for a reply no script of this version sends (another length, an unknown
+// code, a negative count): the reply is input, never indexed unchecked.
+func decodeReserve(v []int64, p plan, now time.Time) (admitted bool, ref *Refusal, err error) {
+	if len(v) != 5 || len(p.tokens) == 0 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0 {
+		return false, nil, fmt.Errorf("%w: redis reserve: unexpected reply %v", errNoBackend, v)
+	}
+	ref = &Refusal{TokenLimit: p.tokens[0].limit, TokensRemaining: max(p.tokens[0].limit-v[4], 0),
+		RequestLimit: p.rpm, RequestsRemaining: max(p.rpm-v[3], 0), Reset: resetIn(now), Window: window}
+	switch v[0] {
+	case 0:
+		return true, nil, nil
 	case 1:
 		ref.Reason = "concurrency"
 	case 2:
 		ref.Reason = "requests"
-	case 4:
-		return Reservation{}, nil, fmt.Errorf("%w: redis reserve: ticket cancelled", errNoBackend)
-	default:
-		t := p.tokens[min(max(v[1]-1, 0), int64(len(p.tokens)-1))]
+	case 3:
+		if v[1] < 1 || v[1] > int64(len(p.tokens)) {
+			return false, nil, fmt.Errorf("%w: redis reserve: token counter %d of %d", errNoBackend, v[1], len(p.tokens))
+		}
+		t := p.tokens[v[1]-1]
 		ref.Reason, ref.TokenLimit, ref.TokensRemaining = "tokens", t.limit, max(t.limit-v[2], 0)
 		ref.Reset, ref.Window, ref.Model = resetAt(now, t.window), t.window, t.model
+	case 4:
+		return false, nil, fmt.Errorf("%w: redis reserve: ticket cancelled", errNoBackend)
+	default:
+		return false, nil, fmt.Errorf("%w: redis reserve: unknown reply code %d", errNoBackend, v[0])
 	}
-	return Reservation{}, ref, nil
+	return false, ref, nil
 }
 
 // settle runs settleScript for res (the same rule as local.settle: the difference in
