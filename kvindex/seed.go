@@ -35,8 +35,8 @@ func newHashSeed() [3]uint64 {
 // Weyl sequence for j·D), and (k ⊕ s₀)·s₁ then an xorshift-multiply. Cost: every
 // probe step recomputes the home of the slot's key (Robin Hood distance), so the two
 // multiplies are paid per probe: BenchmarkLookup cpu-ns/op +30–40 % against the
-// unkeyed placement, +15 % for the single multiply (BENCHMARKS.md "KV index" lists
-// the figures before this change).
+// unkeyed placement, +15 % for the single multiply (interleaved A/B runs of
+// go test -bench Lookup).
 func mix(k uint64) uint64 {
 	hi, lo := bits.Mul64(k^hashSeed[0], k^hashSeed[1])
 	hi, lo = bits.Mul64(hi^lo, hashSeed[2])
