@@ -179,8 +179,8 @@ func TestSoakTrust(t *testing.T) {
 		"leases_held": held, "leases_in_redis": inRedis, "in_flight": r.InFlight(),
 		"budget_window_tokens": charged, "budget_limit_tokens_per_minute": c.Default.TokensPerMinute,
 		"budget_overrun_tokens": max(0, charged-c.Default.TokensPerMinute),
-		"auth_throttled": testutil.ToFloat64(ms.Admission.AuthThrottled),
-		"aborted_no_reply": testutil.ToFloat64(ms.ExtProc.ProxyRequests.WithLabelValues("error", "aborted")),
+		"auth_throttled":        testutil.ToFloat64(ms.Admission.AuthThrottled),
+		"aborted_no_reply":      testutil.ToFloat64(ms.ExtProc.ProxyRequests.WithLabelValues("error", "aborted")),
 		"backend_errors": map[string]float64{"reserve": testutil.ToFloat64(ms.Admission.BackendErrors.WithLabelValues("reserve")),
 			"settle": testutil.ToFloat64(ms.Admission.BackendErrors.WithLabelValues("settle")), "renew": testutil.ToFloat64(ms.Admission.BackendErrors.WithLabelValues("renew"))},
 	})
