@@ -83,6 +83,14 @@ func TestSLORefusalAtArrival(t *testing.T) {
 	if got := testutil.ToFloat64(ms.Admission.Refused.WithLabelValues("i", "interactive", router.ReasonSLOMiss)); got != 1 {
 		t.Fatalf("kvroute_admission_refused_total{reason=slo_miss} = %v, want 1", got)
 	}
+	// the autoscaling gauges: the best prediction of the refused pick (≈ 8.6 s: 8.2 s of
+	// queue + 0.42 s of prefill), the margin (1: no feedback yet), no pressure
+	if got := testutil.ToFloat64(ms.Router.BestTTFT.WithLabelValues("m")); got < 7 || got > 10 {
+		t.Fatalf("kvroute_router_best_predicted_ttft_seconds = %v, want ≈ 8.6", got)
+	}
+	if m, p := testutil.ToFloat64(ms.Router.SLOMargin), testutil.ToFloat64(ms.Router.SLOPressure.WithLabelValues("interactive")); m != 1 || p != 1 {
+		t.Fatalf("slo_margin %v, slo_pressure %v: want 1 and 1 before any feedback", m, p)
+	}
 	p, err = a.Pick(ctx, rt, sloReq(), router.PickOptions{}, ClassInput{Tenant: "other"})
 	if err != nil || p.Ticket == nil || p.Class.Name != "batch" {
 		t.Fatalf("on_slo_miss unset (admit): %+v %v", p, err)
@@ -113,15 +121,15 @@ func TestSLORefusalUsesTheTighterObjective(t *testing.T) {
 }
 
 func TestPolicyOfAClass(t *testing.T) {
-	c := config.Class{Name: "x", TTFTObjective: 3 * time.Second, QueueLimit: 5, MaxQueueTime: time.Second, OnSLOMiss: config.SLOMissRefuse}
-	if got := Policy(&c, 0, true); got != (router.ClassPolicy{SLO: 3 * time.Second, Wait: true, RefuseOnSLOMiss: true}) {
+	c := config.Class{Name: "x", Priority: 3, TTFTObjective: 3 * time.Second, QueueLimit: 5, MaxQueueTime: time.Second, OnSLOMiss: config.SLOMissRefuse, SLOAttainment: 0.95}
+	if got := Policy(&c, 0, true); got != (router.ClassPolicy{SLO: 3 * time.Second, Wait: true, RefuseOnSLOMiss: true, Class: "x", Priority: 3, Attainment: 0.95}) {
 		t.Fatalf("%+v", got)
 	}
-	if got := Policy(&c, time.Second, false); got != (router.ClassPolicy{SLO: time.Second, Wait: false, RefuseOnSLOMiss: true}) {
+	if got := Policy(&c, time.Second, false); got != (router.ClassPolicy{SLO: time.Second, Wait: false, RefuseOnSLOMiss: true, Class: "x", Priority: 3, Attainment: 0.95}) {
 		t.Fatalf("client objective, no queue: %+v", got)
 	}
 	d := config.Class{Name: "default"}
-	if got := Policy(&d, 0, true); got != (router.ClassPolicy{}) {
+	if got := Policy(&d, 0, true); got != (router.ClassPolicy{Class: "default"}) {
 		t.Fatalf("the default class decides nothing: %+v", got)
 	}
 }

@@ -45,6 +45,23 @@ type WorkerOptions struct {
 	// is changed; an empty answer gains one), for testing a router's check of its own
 	// ids against the worker's (kvroute's shadow check). Generation is unaffected.
 	TokenizeDisagree bool
+	// KVRole enables vLLM NixlConnector P/D (pd_server.go): KVRoleProducer (a prefill
+	// worker: do_remote_decode), KVRoleConsumer (a decode worker: do_remote_prefill) or
+	// KVRoleBoth; "" none: kv_transfer_params are ignored, as vLLM without
+	// --kv-transfer-config.
+	KVRole string
+	// EngineID is the remote_engine_id a prefill response names (vLLM
+	// kv_transfer_config engine_id); "" derives one from the seed.
+	EngineID string
+	// SideChannel is the host:port a prefill response names as remote_host and
+	// remote_port, where the worker answers PathKVRead: its own HTTP address. ""
+	// names vLLM's defaults (localhost:5600), which no decode worker can read from.
+	SideChannel string
+	// KVHoldTimeout frees a finished prefill's blocks that no decode worker read
+	// (vLLM VLLM_NIXL_ABORT_REQUEST_TIMEOUT); 0 means DefaultKVHoldTimeout.
+	KVHoldTimeout time.Duration
+	// HTTPClient reads remote KV (PathKVRead); nil: a client with a 10 s timeout.
+	HTTPClient *http.Client
 }
 
 // Worker is one simulated vLLM server: an engine in real time behind the OpenAI HTTP API.
@@ -54,6 +71,7 @@ type Worker struct {
 	m      *workerMetrics
 	mux    *http.ServeMux
 	ids    atomic.Uint64
+	pd     *pdState
 	// Registry is the worker's private Prometheus registry (GET /metrics).
 	Registry *prometheus.Registry
 }
@@ -92,6 +110,9 @@ func NewWorker(opt WorkerOptions) (*Worker, error) {
 		}
 		w.Registry.MustRegister(&loraInfo{max: opt.Profile.MaxLoRAs, stats: w.Runner.Stats, now: opt.Now})
 	}
+	if err := w.initPD(); err != nil {
+		return nil, err
+	}
 	w.mux.HandleFunc("POST /v1/chat/completions", w.handleGenerate(true))
 	w.mux.HandleFunc("POST /v1/completions", w.handleGenerate(false))
 	w.mux.HandleFunc("POST /tokenize", w.handleTokenize)
@@ -122,8 +143,9 @@ type genBody struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	CacheSalt           string `json:"cache_salt"`
-	AddGenerationPrompt *bool  `json:"add_generation_prompt"`
+	CacheSalt           string          `json:"cache_salt"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
 }
 
 type chatMsg struct {
@@ -281,6 +303,10 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 		}
 		rid := prefix + strconv.FormatUint(id, 10) + "-" + strconv.FormatUint(rand.Uint64()>>32, 16)
 		req := &Request{ID: rid, Prompt: prompt, MaxTokens: maxTok, CacheSalt: body.CacheSalt, LoRA: adapter}
+		if err := w.applyKVParams(r.Context(), body.KVTransferParams, req); err != nil {
+			apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+			return
+		}
 		ch, err := w.Runner.Submit(req)
 		if err != nil {
 			apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
@@ -291,7 +317,7 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 		if adapter != "" {
 			model = adapter
 		}
-		s := &stream{w: w, rw: rw, chat: chat, id: rid, model: model, created: arrival.Unix(), arrival: arrival}
+		s := &stream{w: w, rw: rw, chat: chat, id: rid, model: model, created: arrival.Unix(), arrival: arrival, promptLen: len(prompt)}
 		if body.Stream {
 			s.includeUsage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 			s.sse(r, req, ch, len(prompt))
@@ -309,6 +335,7 @@ type stream struct {
 	created      int64
 	arrival      time.Time
 	includeUsage bool
+	promptLen    int
 }
 
 func (s *stream) object() string {
@@ -348,6 +375,7 @@ func (s *stream) observe(o Output, last *time.Time) {
 	now := s.w.opt.Now()
 	if o.First {
 		s.w.m.ttft.Observe(now.Sub(s.arrival).Seconds())
+		s.w.m.bySource(s.promptLen, o)
 	} else {
 		s.w.m.itl.Observe(now.Sub(*last).Seconds())
 	}
@@ -400,6 +428,9 @@ func (s *stream) sse(r *http.Request, req *Request, ch <-chan Output, promptLen 
 		}
 		break
 	}
+	if fin.HeldBlocks != nil { // streamed: held for a decode worker, no kv_transfer_params sent
+		s.w.holdKV(s.id, req, fin.HeldBlocks)
+	}
 	if s.includeUsage {
 		m := base([]map[string]any{})
 		m["usage"] = s.w.usage(promptLen, fin.Generated, fin.CachedTokens)
@@ -439,9 +470,13 @@ func (s *stream) whole(r *http.Request, req *Request, ch <-chan Output, promptLe
 	} else {
 		choice["text"] = string(text)
 	}
+	resp := map[string]any{"id": s.id, "object": obj, "created": s.created, "model": s.model,
+		"choices": []any{choice}, "usage": s.w.usage(promptLen, fin.Generated, fin.CachedTokens)}
+	if fin.HeldBlocks != nil {
+		resp["kv_transfer_params"] = s.w.holdKV(s.id, req, fin.HeldBlocks)
+	}
 	s.rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(s.rw).Encode(map[string]any{"id": s.id, "object": obj, "created": s.created, "model": s.model,
-		"choices": []any{choice}, "usage": s.w.usage(promptLen, fin.Generated, fin.CachedTokens)})
+	_ = json.NewEncoder(s.rw).Encode(resp)
 }
 
 func (w *Worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
