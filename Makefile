@@ -62,11 +62,12 @@ check-tree:
 	@scripts/check-tree.sh
 
 # The classification worked example (docs/classification.md): 5-fold cross-validation of
-# the linear classifier on a labelled JSONL file, then the model trained on all of it.
+# the linear classifier on a labelled JSONL file, then the model trained on all of it,
+# written where examples/kvroute-classify.yaml loads it (committed; under 1 MiB).
 CLASSIFY_DATA ?=
 classify-example: build
 	@test -n "$(CLASSIFY_DATA)" || { echo "set CLASSIFY_DATA=labelled.jsonl[.gz] (MMLU-Pro in docs/classification.md)"; exit 2; }
-	$(BIN)/kvroute classify train --data $(CLASSIFY_DATA) --folds 5 --out $(BIN)/mmlu-pro.kvr
+	$(BIN)/kvroute classify train --data $(CLASSIFY_DATA) --folds 5 --max-rows 200000 --out examples/classify/mmlu-pro.kvr
 
 test-short:
 	$(GO) test -short ./...

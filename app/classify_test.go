@@ -66,3 +66,22 @@ classify:
 		t.Fatalf("unknown class: %v", err)
 	}
 }
+
+// examples/kvroute-classify.yaml loads the committed example model and its rules compile
+// against it (a label the model lacks would fail start-up).
+func TestClassifyExampleConfig(t *testing.T) {
+	t.Chdir("..") // the example's model path is relative to the repository root
+	cfg, err := config.Load(nil, func(k string) (string, bool) {
+		if k == "KVROUTE_CONFIG" {
+			return "examples/kvroute-classify.yaml", true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := newClassify(cfg, metrics.NewUnregistered())
+	if err != nil || rs == nil {
+		t.Fatalf("rules %v, %v", rs, err)
+	}
+}

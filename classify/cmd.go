@@ -100,6 +100,8 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	lr := fs.Float64("lr", def.LearningRate, "initial SGD learning rate (decays linearly to 0)")
 	l2 := fs.Float64("l2", def.L2, "weight decay per step on touched weights")
 	balanced := fs.Bool("balanced", def.Balanced, "weigh rows by the inverse frequency of their label")
+	nb := fs.Float64("nb", def.NB, "naive-Bayes log-count ratio features, smoothed by this count (0: plain logistic)")
+	maxRows := fs.Int("max-rows", def.MaxRows, "keep only this many features, those of largest weight (0: all)")
 	seed := fs.Uint64("seed", def.Seed, "shuffle seed")
 	bits := fs.Uint8("bits", def.Features.Bits, "log2 of the hashed feature space")
 	ngrams := fs.Int("word-ngrams", def.Features.WordNgrams, "1: words; 2: words and word bigrams")
@@ -115,7 +117,7 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	if *folds == 1 || *folds < 0 || *folds > 20 {
 		return usageError{fmt.Errorf("--folds %d, want 0 or 2..20", *folds)}
 	}
-	opt := TrainOptions{Epochs: *epochs, LearningRate: *lr, L2: *l2, Seed: *seed, Balanced: *balanced,
+	opt := TrainOptions{Epochs: *epochs, LearningRate: *lr, L2: *l2, Seed: *seed, Balanced: *balanced, NB: *nb, MaxRows: *maxRows,
 		Features: Features{Bits: *bits, WordNgrams: *ngrams, CharMin: *cmin, CharMax: *cmax, WindowBytes: *window}}
 	if err := opt.Features.validate(); err != nil {
 		return usageError{err}

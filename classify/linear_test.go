@@ -253,3 +253,72 @@ func TestCommandTrainEval(t *testing.T) {
 		t.Errorf("eval with a non-model: exit %d, want 1", code)
 	}
 }
+
+// A damaged row table is refused with ErrModelFormat, and MaxRows keeps the rows of
+// largest weight and a model that still reads its training rows.
+func TestModelRowsPrunedAndChecked(t *testing.T) {
+	rows, _ := ReadRows(fixture)
+	o := smallOptions()
+	full, err := Train(rows, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MaxRows = len(full.Buckets) / 4
+	small, err := Train(rows, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(small.Buckets) != o.MaxRows || len(small.W) != o.MaxRows*len(small.Labels) || len(small.IDF) != o.MaxRows {
+		t.Fatalf("pruned model has %d rows, %d weights, %d idf; want %d rows", len(small.Buckets), len(small.W), len(small.IDF), o.MaxRows)
+	}
+	for i := 1; i < len(small.Buckets); i++ {
+		if small.Buckets[i] <= small.Buckets[i-1] {
+			t.Fatalf("rows out of order at %d", i)
+		}
+	}
+	if rep := Evaluate(small, rows); rep.Accuracy < 0.9 {
+		t.Fatalf("a quarter of the rows reads its training rows at %.3f", rep.Accuracy)
+	}
+	// a bucket outside the feature space, and a file cut short in its weights.
+	bad := *small
+	bad.Buckets = append([]uint32(nil), small.Buckets...)
+	bad.Buckets[len(bad.Buckets)-1] = 1 << 20
+	var buf bytes.Buffer
+	if err := bad.write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read(&buf); !errors.Is(err, ErrModelFormat) || !strings.Contains(err.Error(), "bucket") {
+		t.Errorf("bucket outside 2^16: %v", err)
+	}
+	buf.Reset()
+	small.write(&buf)
+	raw, _ := gzip.NewReader(bytes.NewReader(buf.Bytes()))
+	var plain bytes.Buffer
+	plain.ReadFrom(raw)
+	var cut bytes.Buffer
+	zw := gzip.NewWriter(&cut)
+	zw.Write(plain.Bytes()[:plain.Len()-len(small.B)*4-10])
+	zw.Close()
+	if _, err := read(&cut); !errors.Is(err, ErrModelFormat) {
+		t.Errorf("truncated file: %v", err)
+	}
+}
+
+// The committed example model (make classify-example) loads and reads a subject.
+func TestExampleModel(t *testing.T) {
+	m, err := Load("../examples/classify/mmlu-pro.kvr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Labels) != 14 {
+		t.Fatalf("%d labels: %v", len(m.Labels), m.Labels)
+	}
+	for text, want := range map[string]string{
+		"Find the derivative of f(x) = x^3 + 2x with respect to x and evaluate the integral of f from 0 to 1.":   "math",
+		"Under the Fourth Amendment, is evidence from a warrantless search admissible at the defendant's trial?": "law",
+	} {
+		if p := m.Predict(text); p.Label != want {
+			t.Errorf("%q read as %s (%.2f), want %s", text, p.Label, p.Confidence, want)
+		}
+	}
+}
