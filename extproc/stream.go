@@ -84,7 +84,7 @@ type stream struct {
 	tracker    *response.Tracker
 	flight     *front.Flight // the ticket's end (complete or abort, settlement); set with ticket
 	rspEOSSent bool
-	counted    bool // the request was counted on Requests (record)
+	counted    bool                 // the request was counted on Requests (record)
 	stripUsage bool                 // include_usage was injected for the client (usage.go)
 	stripping  bool                 // stripUsage, and the response is SSE: its body goes through usage
 	usage      response.UsageFilter // removes the usage-only chunk the injection added
