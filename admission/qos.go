@@ -111,7 +111,7 @@ func objective(c *config.Class, client time.Duration) time.Duration {
 // all decide through it.
 func Policy(c *config.Class, client time.Duration, queued bool) router.ClassPolicy {
 	return router.ClassPolicy{SLO: objective(c, client), Wait: queued && c.QueueLimit > 0,
-		RefuseOnSLOMiss: c.OnSLOMiss == config.SLOMissRefuse}
+		RefuseOnSLOMiss: c.OnSLOMiss == config.SLOMissRefuse, Class: c.Name, Priority: c.Priority, Attainment: c.SLOAttainment}
 }
 
 // Picked is Admitter.Pick's result.

@@ -113,15 +113,15 @@ func TestSLORefusalUsesTheTighterObjective(t *testing.T) {
 }
 
 func TestPolicyOfAClass(t *testing.T) {
-	c := config.Class{Name: "x", TTFTObjective: 3 * time.Second, QueueLimit: 5, MaxQueueTime: time.Second, OnSLOMiss: config.SLOMissRefuse}
-	if got := Policy(&c, 0, true); got != (router.ClassPolicy{SLO: 3 * time.Second, Wait: true, RefuseOnSLOMiss: true}) {
+	c := config.Class{Name: "x", Priority: 3, TTFTObjective: 3 * time.Second, QueueLimit: 5, MaxQueueTime: time.Second, OnSLOMiss: config.SLOMissRefuse, SLOAttainment: 0.95}
+	if got := Policy(&c, 0, true); got != (router.ClassPolicy{SLO: 3 * time.Second, Wait: true, RefuseOnSLOMiss: true, Class: "x", Priority: 3, Attainment: 0.95}) {
 		t.Fatalf("%+v", got)
 	}
-	if got := Policy(&c, time.Second, false); got != (router.ClassPolicy{SLO: time.Second, Wait: false, RefuseOnSLOMiss: true}) {
+	if got := Policy(&c, time.Second, false); got != (router.ClassPolicy{SLO: time.Second, Wait: false, RefuseOnSLOMiss: true, Class: "x", Priority: 3, Attainment: 0.95}) {
 		t.Fatalf("client objective, no queue: %+v", got)
 	}
 	d := config.Class{Name: "default"}
-	if got := Policy(&d, 0, true); got != (router.ClassPolicy{}) {
+	if got := Policy(&d, 0, true); got != (router.ClassPolicy{Class: "default"}) {
 		t.Fatalf("the default class decides nothing: %+v", got)
 	}
 }

@@ -108,7 +108,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	}
 	var models []router.Model
 	for _, m := range cfg.Models {
-		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base, MaxModelLen: m.MaxModelLen})
+		models = append(models, router.Model{Name: m.Name, BlockSize: m.BlockSize, Base: m.Base, MaxModelLen: m.MaxModelLen,
+			KVBytesPerToken: m.KVBytes()})
 	}
 	// Tokenization: per-model path chains (local tokenizer, then a worker's /tokenize),
 	// remote calls spread round robin over the model's healthy workers.
@@ -221,7 +222,8 @@ func staticWorkers(cfg *config.Config) []*workers.Worker {
 		if len(models) == 0 {
 			models = all
 		}
-		out = append(out, &workers.Worker{Name: name, Address: w.Address, Models: models,
+		role, _ := workers.ParseRole(w.Role) // validated by config.Validate
+		out = append(out, &workers.Worker{Name: name, Address: w.Address, Models: models, Role: role,
 			KVEvents: workers.KVEvents{Endpoint: w.KVEvents.Endpoint, ReplayEndpoint: w.KVEvents.ReplayEndpoint, Topic: w.KVEvents.Topic, DPSize: w.KVEvents.DPSize},
 			Profile:  workerProfile(w.Profile)})
 	}

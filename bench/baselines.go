@@ -35,7 +35,7 @@ func newPolicy(name string, r *rand.Rand, batchTokens int, peerState, cacheTurno
 func PolicyNames() []string {
 	var out []string
 	for _, n := range scoring.PolicyNames {
-		if n != scoring.PolicyLoRAAffinity { // LoRA rows and --workload lora run it (LoRAPolicies)
+		if n != scoring.PolicyLoRAAffinity && n != scoring.PolicyLLMDPD { // LoRA / P/D rows and workloads run them (LoRAPolicies, PDPolicies)
 			out = append(out, n)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/sim"
+	"github.com/kvroute/kvroute/workers"
 )
 
 // Row goals of the scoreboard: on a "level" row kvroute's mean p90 TTFT may
@@ -53,6 +54,9 @@ type Row struct {
 	LoRALoad   time.Duration
 	Policies   []string
 	FewerLoads bool
+	// Roles are the workers' prefill/decode roles on P/D rows (pd.go); the
+	// kvroute_aggregated policy runs without them.
+	Roles []workers.Role
 }
 
 // ScoreboardOptions selects the scoreboard's rows.
@@ -179,6 +183,7 @@ func ScoreboardRows(o ScoreboardOptions) []Row {
 		Goal: GoalLead, Workload: multiTurn(pool), Arrivals: "poisson:2", Workers: 8, Profile: "l40s-27b",
 		Slow: []Slowdown{{Worker: 0, At: 2 * time.Minute, Factor: 3}}, Seeds: seeds(15), SLO: slo})
 	rows = append(rows, loraRows(seeds, slo)...)
+	rows = append(rows, pdRows(seeds, slo)...)
 	gl := SharedPrefixOptions{Prefixes: 8, PrefixTokens: 6000, SuffixTokens: 200, OutputTokens: 256, Requests: 300}
 	rows = append(rows, Row{Key: "guidellm", Name: "GuideLLM-like closed loop (29 streams, 8 × 6k prefixes, 256 output)",
 		Goal: GoalLevel, Workload: sharedPrefix(gl), Arrivals: "streams:29", Workers: 3, Profile: "l40s-27b", Seeds: seeds(15), SLO: slo})
@@ -307,8 +312,15 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 					var prof sim.Profile
 					if prof, err = sim.LookupProfile(r.Profile); err == nil {
 						prof.MaxLoRAs, prof.LoRALoadTime = r.MaxLoRAs, r.LoRALoad
+						pol, roles := policies[j.pol], r.Roles
+						if pol == PolicyAggregated {
+							pol, roles = "kvroute", nil
+						}
+						if roles != nil {
+							PDProfile(&prof)
+						}
 						var rs []Result
-						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: policies[j.pol], Arrivals: a,
+						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: pol, Arrivals: a, Roles: roles,
 							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover, UtilizationBacklog: o.UtilizationBacklog})
 						if err == nil {
 							o2.s = Summarize(policies[j.pol], a.String(), rs, r.SLO, 0, WorkerNames(r.Workers))
@@ -377,12 +389,18 @@ type Verdict struct {
 	BestP50, BestP90, BestP99, BestGoodput *SeedSummary
 	P50, P90, P99, Goodput                 float64
 	VsStatic                               float64 // kvroute mean p90 ÷ kvroute_static mean p90
-	Met                                    bool
-	Misses                                 []string
+	// P/D rows (judgePD): the reference with the lowest mean p90 ITL, and kvroute's ÷ it.
+	BestITL *SeedSummary
+	ITL     float64
+	Met     bool
+	Misses  []string
 }
 
 // Judge compares kvroute with the best peer on each metric and checks the row's goal.
 func (r *RowResult) Judge() Verdict {
+	if r.Goal == GoalPDLead || r.Goal == GoalPDLevel {
+		return r.judgePD()
+	}
 	var v Verdict
 	best := func(cur *SeedSummary, s *SeedSummary, get func(*SeedSummary) float64, lower bool) *SeedSummary {
 		x := get(s)
@@ -483,6 +501,9 @@ func WriteScoreboard(w io.Writer, rs []RowResult, elapsed time.Duration, command
 		}
 		if r.Row.FewerLoads {
 			met += loadsNote(r, &v)
+		}
+		if r.Row.Roles != nil {
+			met += pdNote(&v)
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s |\n", r.Name, r.Goal, seeds, kvp90,
 			policyName(v.BestP90), peerp90, fmtRatio(v.P50), policyName(v.BestP50), fmtRatio(v.P90), fmtRatio(v.P99), policyName(v.BestP99),

@@ -17,8 +17,11 @@ type Result struct {
 	OutputTokens int           `json:"output_tokens"`
 	CachedTokens int           `json:"cached_tokens"`
 	Worker       string        `json:"worker,omitempty"`
-	Predicted    time.Duration `json:"predicted_ttft_ns,omitempty"` // router's prediction (virtual runs)
-	Err          string        `json:"error,omitempty"`
+	// PrefillWorker is the worker that prefilled remotely for Worker (virtual P/D runs);
+	// "" when Worker prefilled itself.
+	PrefillWorker string        `json:"prefill_worker,omitempty"`
+	Predicted     time.Duration `json:"predicted_ttft_ns,omitempty"` // router's prediction (virtual runs)
+	Err           string        `json:"error,omitempty"`
 	// QoS runs (VirtualOptions.QoS): the request's tenant and class, and how long it
 	// waited in kvroute's queue (included in TTFT and E2E, which count from arrival).
 	Tenant string        `json:"tenant,omitempty"`
@@ -63,6 +66,7 @@ type Summary struct {
 	E2Ep50            float64        `json:"e2e_p50_s"`
 	E2Ep99            float64        `json:"e2e_p99_s"`
 	ITLp50            float64        `json:"itl_p50_s"`
+	ITLp90            float64        `json:"itl_p90_s"`
 	Goodput           float64        `json:"goodput_rpm"`                    // requests per minute meeting the TTFT SLO
 	SLO               float64        `json:"slo_ttft_s"`                     // the SLO used
 	SLOMet            float64        `json:"slo_met_frac"`                   // fraction of requests meeting it
@@ -86,11 +90,24 @@ type Summary struct {
 	// against "observed TTFT > SLO". Precision: of those predicted to miss, the share
 	// that did; recall: of those that missed, the share predicted to. NaN-free: 0 when
 	// undefined (see MissPredicted, Missed).
-	MissPrecision float64  `json:"miss_precision"`
-	MissRecall    float64  `json:"miss_recall"`
-	MissPredicted int      `json:"miss_predicted"`
-	Missed        int      `json:"missed"`
-	Results       []Result `json:"results,omitempty"`
+	MissPrecision float64 `json:"miss_precision"`
+	MissRecall    float64 `json:"miss_recall"`
+	MissPredicted int     `json:"miss_predicted"`
+	Missed        int     `json:"missed"`
+	// Classes, for runs whose requests carry a class (admission runs), is per class:
+	// its requests, how many were refused, and the share of all of them (refused ones
+	// included) whose TTFT met the SLO.
+	Classes map[string]ClassMet `json:"classes,omitempty"`
+	// Flash, for --flash-crowd runs: SLO attainment by arrival window around the burst.
+	Flash   *FlashReport `json:"flash_crowd,omitempty"`
+	Results []Result     `json:"results,omitempty"`
+}
+
+// ClassMet is one class's outcome in a Summary.
+type ClassMet struct {
+	Requests int     `json:"requests"`
+	Refused  int     `json:"refused"`
+	SLOMet   float64 `json:"slo_met_frac"`
 }
 
 // Summarize computes the summary of results. slo is the TTFT objective; bound the
@@ -107,7 +124,22 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	met, loads := 0, 0
 	var refuse []float64
 	tp := 0
+	classMet := map[string]int{}
 	for _, r := range rs {
+		if r.Class != "" {
+			if s.Classes == nil {
+				s.Classes = map[string]ClassMet{}
+			}
+			c := s.Classes[r.Class]
+			c.Requests++
+			if r.Err == "slo_miss" {
+				c.Refused++
+			}
+			if r.Err == "" && r.TTFT > 0 && r.TTFT <= slo {
+				classMet[r.Class]++
+			}
+			s.Classes[r.Class] = c
+		}
 		if r.AdapterLoad {
 			loads++
 		}
@@ -158,7 +190,7 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	}
 	s.TTFTp50, s.TTFTp90, s.TTFTp99 = Percentile(ttft, 50), Percentile(ttft, 90), Percentile(ttft, 99)
 	s.E2Ep50, s.E2Ep99 = Percentile(e2e, 50), Percentile(e2e, 99)
-	s.ITLp50 = Percentile(itl, 50)
+	s.ITLp50, s.ITLp90 = Percentile(itl, 50), Percentile(itl, 90)
 	if first >= 0 && last > first {
 		s.DurationS = (last - first).Seconds()
 		s.Goodput = float64(met) / s.DurationS * 60
@@ -166,6 +198,10 @@ func Summarize(policy string, arr string, rs []Result, slo time.Duration, bound 
 	}
 	if len(rs) > 0 {
 		s.SLOMet = float64(met) / float64(len(rs))
+	}
+	for k, c := range s.Classes {
+		c.SLOMet = float64(classMet[k]) / float64(c.Requests)
+		s.Classes[k] = c
 	}
 	if len(refuse) > 0 {
 		s.RefusedP99 = Percentile(refuse, 99)

@@ -83,6 +83,11 @@ type VirtualOptions struct {
 	// the objective; a queue_limit waits in the FairQueue as under QoS). kvbench
 	// --admission.
 	Admission *config.Class
+	// High, with Admission and HighShare > 0, is a second class: each request is in it
+	// with probability HighShare (drawn from Seed), from tenant "high"; the rest are in
+	// Admission, from tenant "all" (kvbench --priority-share).
+	High      *config.Class
+	HighShare float64
 	// CacheTurnover turns on kvroute's cache-turnover price (scoring.Options.CacheTurnover,
 	// config scoring.cache_turnover; kvbench --cache-turnover).
 	CacheTurnover bool
@@ -90,6 +95,10 @@ type VirtualOptions struct {
 	// (scoring.Options.UtilizationBacklog, config scoring.utilization_backlog; kvbench
 	// --utilization-backlog).
 	UtilizationBacklog bool
+	// Roles are the workers' prefill/decode roles (worker i gets Roles[i], missing
+	// entries aggregated): a request picked with a remote prefill runs its prefill leg
+	// on that worker's engine and its decode there, reading the KV (pd.go).
+	Roles []workers.Role
 }
 
 // VirtualQoS is a virtual run's QoS: who each request is from and its class. A request
@@ -103,6 +112,13 @@ type VirtualQoS struct {
 	Class    func(tenant string) config.Class
 	Fair     bool
 	QueueMax int // 0: 10,000
+}
+
+func (o *VirtualOptions) role(i int) workers.Role {
+	if i < len(o.Roles) {
+		return o.Roles[i]
+	}
+	return workers.RoleAggregated
 }
 
 func (o *VirtualOptions) speed(i int) float64 {
@@ -136,8 +152,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		o.ScrapeInterval = time.Second
 	}
 	if o.Admission != nil && o.QoS == nil {
-		cls := *o.Admission
-		o.QoS = &VirtualQoS{Tenant: func(int) string { return "all" }, Class: func(string) config.Class { return cls }}
+		o.QoS = admissionQoS(&o, len(w.Items))
 	}
 	prof := o.Profile
 	clock := sim.NewClock(virtualStart)
@@ -173,7 +188,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if o.KnownSpeeds {
 				known = o.speed(i)
 			}
-			ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: append([]string{prof.Model}, adapters...),
+			ws = append(ws, &workers.Worker{Name: n, Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: append([]string{prof.Model}, adapters...), Role: o.role(i),
 				Profile: workers.Profile{PrefillTokensPerSecond: prof.PrefillTokensPerSecond() * known, DecodeTokensPerSecond: prof.DecodeTokensPerSecond() * known,
 					Overhead: time.Duration(float64(prof.StepOverhead)/known) + prof.RequestOverhead, BlockCapacity: prof.NumBlocks}})
 		}
@@ -198,7 +213,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			}
 		}
 		rt := router.New(router.Options{Registry: reg, Index: ix, Policy: pol, Now: clock.Now,
-			Models:     append([]router.Model{{Name: prof.Model, BlockSize: prof.BlockSize}}, adapterModels(adapters, prof)...),
+			Models:     append([]router.Model{{Name: prof.Model, BlockSize: prof.BlockSize, KVBytesPerToken: prof.KVBytesPerToken}}, adapterModels(adapters, prof)...),
 			Saturation: router.Saturation{BatchTokens: prof.MaxBatchTokens, MaxNumSeqs: prof.MaxNumSeqs}})
 		reps[ri] = &replicaState{reg: reg, ix: ix, feeder: feeder, rt: rt, from: map[int]map[string]*peerImport{}}
 	}
@@ -208,16 +223,17 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	remaining := len(w.Items)
 	done := 0
 	type state struct {
-		idx    int
-		ticket *router.Ticket
-		sent   time.Time
-		first  time.Time
-		chain  []int
-		pos    int
-		tenant string
-		cls    config.Class
-		req    *request.Request
-		toks   []uint32
+		idx     int
+		ticket  *router.Ticket
+		sent    time.Time
+		first   time.Time
+		chain   []int
+		pos     int
+		tenant  string
+		cls     config.Class
+		req     *request.Request
+		toks    []uint32
+		release func() // frees the remote prefill's held blocks (pd.go); nil none
 	}
 	engines := map[string]*sim.VirtualEngine{}
 	var fq *admission.FairQueue
@@ -253,13 +269,21 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		}
 		name := n
 		onOut := func(out sim.Output) {
+			if leg, ok := out.Req.Tag.(*pdLeg); ok {
+				leg.output(out)
+				return
+			}
 			st := out.Req.Tag.(*state)
 			now := clock.Now()
 			r := &results[st.idx]
 			if out.First {
 				st.first = now
 				r.TTFT = now.Sub(st.sent)
-				r.CachedTokens, r.AdapterLoad = out.CachedTokens, out.LoRALoaded
+				r.CachedTokens, r.AdapterLoad = out.CachedTokens-out.RemoteTokens, out.LoRALoaded // KV read from a prefill worker is not a cache hit
+				if st.release != nil {                                                            // the decode engine has read the prefill's KV
+					st.release()
+					st.release = nil
+				}
 				st.ticket.FirstToken(now)
 			}
 			if out.Finished {
@@ -298,7 +322,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		po := router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)}
 		if fq != nil {
 			cp := admission.Policy(&st.cls, 0, true)
-			po.SLO, po.Wait, po.RefuseOnSLOMiss = cp.SLO, cp.Wait, cp.RefuseOnSLOMiss
+			po.Classify = func(int) router.ClassPolicy { return cp } // as admission's Admitter does
 		}
 		wall := time.Now()
 		t, err := reps[i%nrep].rt.Pick(ctx, st.req, po)
@@ -318,13 +342,13 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		if syncEx != nil {
 			syncEx(i % nrep)
 		}
-		r.Worker = t.Worker
+		r.Worker, r.PrefillWorker = t.Worker, t.PrefillWorker
 		r.Predicted = t.Predicted.TTFT
 		r.Queued = clock.Now().Sub(st.sent)
 		if fq != nil {
 			fq.Charge(st.tenant, float64(t.PromptTokens)) // VTC: prompt served at dispatch
 		}
-		if err := engines[t.Worker].Submit(&sim.Request{ID: fmt.Sprintf("req-%d", i), Prompt: st.toks, MaxTokens: w.Items[i].MaxTokens, LoRA: w.Items[i].Adapter, Tag: st}); err != nil {
+		if err := submit(engines, t, &sim.Request{ID: fmt.Sprintf("req-%d", i), Prompt: st.toks, MaxTokens: w.Items[i].MaxTokens, LoRA: w.Items[i].Adapter, Tag: st}, &st.release); err != nil {
 			t.Abort()
 			fail(st, err.Error())
 		}

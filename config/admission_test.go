@@ -27,19 +27,22 @@ func TestAdmissionLoadAndValidate(t *testing.T) {
 		t.Fatalf("%+v", a)
 	}
 	cases := map[string]string{
-		"identity: [password]":                        "admission.identity",
-		"identity: [header, header]":                  "admission.identity",
-		"identity: [api_key]":                         "admission.api_keys_file",
-		"trusted_peers: [example.com]":                "admission.trusted_peers",
-		"tenant_header: X-Tenant":                     "admission.tenant_header",
-		"backend: memcached":                          "admission.backend",
-		"weights: {output: -1}":                       "admission.weights",
-		"default_output_tokens: 0":                    "admission.default_output_tokens",
-		"tenants: [{name: a}, {name: a}]":             "admission.tenants",
-		"tenants: [{name: a, tokens_per_minute: -5}]": "admission.tenants",
-		"metrics_max_tenants: -1":                     "admission.metrics_max_tenants",
-		"identity: [metadata]\n  claim: ''":           "admission.claim",
-		"tenants: [{name: a, tokens_per_minut: 5}]":   "tokens_per_minut",
+		"identity: [password]":                                          "admission.identity",
+		"identity: [header, header]":                                    "admission.identity",
+		"identity: [api_key]":                                           "admission.api_keys_file",
+		"trusted_peers: [example.com]":                                  "admission.trusted_peers",
+		"tenant_header: X-Tenant":                                       "admission.tenant_header",
+		"backend: memcached":                                            "admission.backend",
+		"weights: {output: -1}":                                         "admission.weights",
+		"default_output_tokens: 0":                                      "admission.default_output_tokens",
+		"tenants: [{name: a}, {name: a}]":                               "admission.tenants",
+		"tenants: [{name: a, tokens_per_minute: -5}]":                   "admission.tenants",
+		"metrics_max_tenants: -1":                                       "admission.metrics_max_tenants",
+		"identity: [metadata]\n  claim: ''":                             "admission.claim",
+		"tenants: [{name: a, tokens_per_minut: 5}]":                     "tokens_per_minut",
+		"classes: [{name: a, on_slo_miss: drop}]":                       "on_slo_miss",
+		"classes: [{name: a, ttft_objective: 1s, slo_attainment: 0.3}]": "slo_attainment",
+		"classes: [{name: a, ttft_objective: 1s, slo_attainment: 1}]":   "slo_attainment",
 	}
 	for y, want := range cases {
 		_, err := Load(nil, env(map[string]string{"KVROUTE_CONFIG": writeFile(t, "admission:\n  "+y+"\n")}))

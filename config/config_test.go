@@ -135,3 +135,22 @@ func TestUnknownTopLevelKeyInOurTerms(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// workers[].role takes prefill, decode, both or nothing; anything else is refused with
+// the key named.
+func TestWorkerRole(t *testing.T) {
+	for _, c := range []struct {
+		role string
+		ok   bool
+	}{{"", true}, {"both", true}, {"prefill", true}, {"decode", true}, {"prefil", false}, {"Decode", false}} {
+		cfg := Default()
+		cfg.Workers = []Worker{{Address: "127.0.0.1:8001", Role: c.role}}
+		err := cfg.Validate()
+		if c.ok && err != nil {
+			t.Errorf("role %q: %v", c.role, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "workers[0].role")) {
+			t.Errorf("role %q: err %v, want one naming workers[0].role", c.role, err)
+		}
+	}
+}

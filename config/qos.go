@@ -34,6 +34,12 @@ type Class struct {
 	// requests that can still meet theirs). With a queue, a request that would wait is
 	// refused instead when no worker is predicted in time.
 	OnSLOMiss string `mapstructure:"on_slo_miss" json:"on_slo_miss,omitempty"`
+	// SLOAttainment is the share of the class's requests that should meet its
+	// objective, in [0.5, 0.999]; 0 = 0.9. Refusal calibrates to it (the margin of a
+	// refusing class settles where 1 − SLOAttainment of its admitted requests miss), and
+	// while a class meets its objective less often than this, every refusing class of
+	// lower priority is refused at a tighter threshold (docs/tenants.md).
+	SLOAttainment float64 `mapstructure:"slo_attainment" json:"slo_attainment,omitempty"`
 	// Match selects the class's requests; the first class in the list that matches
 	// wins. An empty Match matches every request.
 	Match ClassMatch `mapstructure:"match" json:"match"`
@@ -104,6 +110,9 @@ func (a Admission) validateClasses() error {
 		}
 		if !slices.Contains([]string{"", SLOMissAdmit, SLOMissRefuse}, c.OnSLOMiss) {
 			return fieldErr("admission.classes", "class %q: on_slo_miss %q is not one of admit, refuse", c.Name, c.OnSLOMiss)
+		}
+		if c.SLOAttainment != 0 && (c.SLOAttainment < 0.5 || c.SLOAttainment > 0.999) {
+			return fieldErr("admission.classes", "class %q: slo_attainment must be in [0.5, 0.999], got %v", c.Name, c.SLOAttainment)
 		}
 		if c.OnSLOMiss == SLOMissRefuse && c.TTFTObjective == 0 {
 			return fieldErr("admission.classes", "class %q: on_slo_miss refuse needs a ttft_objective > 0", c.Name)

@@ -43,6 +43,14 @@ type Scoring struct {
 	// hold adapters with running requests (scoring/adapter.go).
 	AdapterLoadTime time.Duration `mapstructure:"adapter_load_time"`
 	AdapterSlotWait time.Duration `mapstructure:"adapter_slot_wait"`
+	// KVBytesPerToken is the KV cache per token of models without their own
+	// (models[].kv_bytes_per_token or shape), bytes; KVTransferBytesPerSecond and
+	// KVTransferLatency the prefill→decode transfer link; PDMaxLocalPrefillTokens the
+	// longest uncached prompt a decode-role worker prefills itself (docs/pd.md).
+	KVBytesPerToken          float64       `mapstructure:"kv_bytes_per_token"`
+	KVTransferBytesPerSecond float64       `mapstructure:"kv_transfer_bytes_per_second"`
+	KVTransferLatency        time.Duration `mapstructure:"kv_transfer_latency"`
+	PDMaxLocalPrefillTokens  int           `mapstructure:"pd_max_local_prefill_tokens"`
 	// MaxTTFT sheds (429) requests whose best prediction exceeds it; 0 disables.
 	MaxTTFT time.Duration `mapstructure:"max_ttft"`
 	// ShedOnSLOMiss sheds requests whose x-slo-ttft-ms no worker is predicted to meet.
@@ -94,6 +102,7 @@ type ScoringBaselines struct {
 	SaturationKV        float64 `mapstructure:"llmd_saturation_kv"`
 	SaturationTokens    int     `mapstructure:"llmd_saturation_tokens"`
 	GIEBlockChars       int     `mapstructure:"gie_block_chars"`
+	PDNonCachedTokens   int     `mapstructure:"llmd_pd_non_cached_tokens"`
 }
 
 // Scrape configures polling each worker's vLLM GET /metrics.
@@ -122,8 +131,10 @@ func defaultScoring() Scoring {
 		CongestionMax: d.CongestionMax, FactorHalfLife: d.FactorHalfLife, ExploreFraction: d.ExploreFraction,
 		Baselines: ScoringBaselines{DynamoOverlapWeight: b.DynamoOverlap, SGLCacheThreshold: b.SGLCacheThreshold,
 			SGLBalanceAbs: b.SGLBalanceAbs, SGLBalanceRel: b.SGLBalanceRel, SaturationQueue: b.SaturationQueue,
-			SaturationKV: b.SaturationKV, SaturationTokens: b.SaturationTokens, GIEBlockChars: b.GIEBlockChars},
-		Scrape: Scrape{Interval: workers.DefaultScrapeInterval, FailuresBeforeUnhealthy: workers.DefaultFailuresBeforeUnhealthy},
+			SaturationKV: b.SaturationKV, SaturationTokens: b.SaturationTokens, GIEBlockChars: b.GIEBlockChars, PDNonCachedTokens: b.PDNonCachedTokens},
+		KVBytesPerToken: d.KVBytesPerToken, KVTransferBytesPerSecond: d.KVTransferBytesPerSecond, KVTransferLatency: d.KVTransferLatency,
+		PDMaxLocalPrefillTokens: d.PDMaxLocalPrefillTokens,
+		Scrape:                  Scrape{Interval: workers.DefaultScrapeInterval, FailuresBeforeUnhealthy: workers.DefaultFailuresBeforeUnhealthy},
 	}
 }
 
@@ -144,7 +155,9 @@ func (s Scoring) Options() scoring.Options {
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,
-			GIEBlockChars: s.Baselines.GIEBlockChars},
+			GIEBlockChars: s.Baselines.GIEBlockChars, PDNonCachedTokens: s.Baselines.PDNonCachedTokens},
+		KVBytesPerToken: s.KVBytesPerToken, KVTransferBytesPerSecond: s.KVTransferBytesPerSecond, KVTransferLatency: s.KVTransferLatency,
+		PDMaxLocalPrefillTokens: s.PDMaxLocalPrefillTokens,
 	}
 }
 
@@ -185,6 +198,8 @@ func (s Scoring) validate() error {
 		{"scoring.batch_tokens", float64(s.BatchTokens)},
 		{"scoring.foreign_request_tokens", float64(s.ForeignRequestTokens)},
 		{"scoring.residual_clip", s.ResidualClip},
+		{"scoring.kv_bytes_per_token", s.KVBytesPerToken},
+		{"scoring.kv_transfer_bytes_per_second", s.KVTransferBytesPerSecond},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
@@ -197,13 +212,20 @@ func (s Scoring) validate() error {
 	}{{"scoring.overhead", s.Overhead}, {"scoring.decode_interference", s.DecodeInterference}, {"scoring.tie_margin_min", s.TieMarginMin},
 		{"scoring.write_half_life", s.WriteHalfLife}, {"scoring.max_ttft", s.MaxTTFT}, {"scoring.retry_after_max", s.RetryAfterMax}, {"scoring.scrape.interval", s.Scrape.Interval},
 		{"scoring.scrape.timeout", s.Scrape.Timeout}, {"scoring.factor_half_life", s.FactorHalfLife},
-		{"scoring.adapter_load_time", s.AdapterLoadTime}, {"scoring.adapter_slot_wait", s.AdapterSlotWait}} {
+		{"scoring.adapter_load_time", s.AdapterLoadTime}, {"scoring.adapter_slot_wait", s.AdapterSlotWait},
+		{"scoring.kv_transfer_latency", s.KVTransferLatency}} {
 		if d.v < 0 {
 			return fieldErr(d.key, "must be ≥ 0, got %s", d.v)
 		}
 	}
 	if s.TieMargin < 0 || s.TieMargin > 1 {
 		return fieldErr("scoring.tie_margin", "must be in [0, 1] (a fraction of the best prediction), got %g", s.TieMargin)
+	}
+	if s.PDMaxLocalPrefillTokens < -1 || s.PDMaxLocalPrefillTokens == 0 {
+		return fieldErr("scoring.pd_max_local_prefill_tokens", "must be ≥ 1 tokens, or -1 for no cap, got %d", s.PDMaxLocalPrefillTokens)
+	}
+	if s.Baselines.PDNonCachedTokens < -1 || s.Baselines.PDNonCachedTokens == 0 {
+		return fieldErr("scoring.baselines.llmd_pd_non_cached_tokens", "must be ≥ 1 tokens, or -1 to always disaggregate, got %d", s.Baselines.PDNonCachedTokens)
 	}
 	if s.CongestionMax < 0 {
 		return fieldErr("scoring.congestion_max", "must be ≥ 0 (0 = off), got %g", s.CongestionMax)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/workers"
 )
 
 // Model describes one served model.
@@ -17,6 +19,16 @@ type Model struct {
 	// MaxModelLen is the model's context length in tokens (vLLM --max-model-len); 0
 	// unknown. It caps the prompt tokens routing considers (else router.max_prompt_tokens).
 	MaxModelLen int `mapstructure:"max_model_len"`
+	// KV cache size per token (prices a prefill→decode transfer, docs/pd.md): given as
+	// KVBytesPerToken, or computed from the model's shape — NumLayers, NumKVHeads,
+	// HeadDim and KVDtypeBytes (0 → 2, bf16/fp16) — as 2 × layers × KV heads × head dim
+	// × dtype bytes (vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes per
+	// token). All zero: scoring.kv_bytes_per_token.
+	KVBytesPerToken float64 `mapstructure:"kv_bytes_per_token"`
+	NumLayers       int     `mapstructure:"num_layers"`
+	NumKVHeads      int     `mapstructure:"num_kv_heads"`
+	HeadDim         int     `mapstructure:"head_dim"`
+	KVDtypeBytes    int     `mapstructure:"kv_dtype_bytes"`
 
 	// Tokenizer is the model's tokenizer directory: a Hugging Face layout directory
 	// (tokenizer.json, tokenizer_config.json, optional chat_template.jinja) or a hub
@@ -43,6 +55,9 @@ type Worker struct {
 	Models   []string       `mapstructure:"models"`  // served model names; empty = every configured model
 	KVEvents WorkerKVEvents `mapstructure:"kv_events"`
 	Profile  WorkerProfile  `mapstructure:"profile"`
+	// Role is the worker's part in prefill/decode disaggregation: prefill, decode or
+	// both ("" = both, an aggregated worker). See docs/pd.md.
+	Role string `mapstructure:"role"`
 }
 
 // WorkerKVEvents says where the worker publishes vLLM KV events.
@@ -65,6 +80,23 @@ type WorkerProfile struct {
 	MaxNumSeqs int `mapstructure:"max_num_seqs"`
 }
 
+// KVBytes returns the model's KV cache size per token, bytes: KVBytesPerToken when set,
+// else 2 × NumLayers × NumKVHeads × HeadDim × KVDtypeBytes (0 → 2) when the shape is
+// given, else 0 (scoring.kv_bytes_per_token applies).
+func (m Model) KVBytes() float64 {
+	if m.KVBytesPerToken > 0 {
+		return m.KVBytesPerToken
+	}
+	if m.NumLayers <= 0 || m.NumKVHeads <= 0 || m.HeadDim <= 0 {
+		return 0
+	}
+	dt := m.KVDtypeBytes
+	if dt <= 0 {
+		dt = 2
+	}
+	return 2 * float64(m.NumLayers) * float64(m.NumKVHeads) * float64(m.HeadDim) * float64(dt)
+}
+
 func validateModels(ms []Model) error {
 	seen := map[string]bool{}
 	for i, m := range ms {
@@ -81,6 +113,12 @@ func validateModels(ms []Model) error {
 		}
 		if m.MaxModelLen < 0 {
 			return fieldErr(key+".max_model_len", "must be ≥ 0 tokens, got %d", m.MaxModelLen)
+		}
+		if m.KVBytesPerToken < 0 || m.NumLayers < 0 || m.NumKVHeads < 0 || m.HeadDim < 0 || m.KVDtypeBytes < 0 {
+			return fieldErr(key, "kv_bytes_per_token, num_layers, num_kv_heads, head_dim and kv_dtype_bytes must be ≥ 0")
+		}
+		if shape := m.NumLayers + m.NumKVHeads + m.HeadDim; shape > 0 && (m.NumLayers == 0 || m.NumKVHeads == 0 || m.HeadDim == 0) {
+			return fieldErr(key, "num_layers, num_kv_heads and head_dim are given together (the KV bytes per token are computed from all three)")
 		}
 		if err := validateTokenizePaths(key, m); err != nil {
 			return err
@@ -142,6 +180,9 @@ func validateWorkers(ws []Worker, ms []Model, d Discovery) error {
 		}
 		if w.Profile.PrefillTokensPerSecond < 0 || w.Profile.DecodeTokensPerSecond < 0 {
 			return fieldErr(key+".profile", "token rates must be ≥ 0")
+		}
+		if _, err := workers.ParseRole(w.Role); err != nil {
+			return fieldErr(key+".role", "%v", err)
 		}
 		if w.Profile.MaxNumSeqs < 0 {
 			return fieldErr(key+".profile.max_num_seqs", "must be ≥ 0 requests, got %d", w.Profile.MaxNumSeqs)

@@ -43,9 +43,9 @@ type fixtureOpts struct {
 	// simMaxLoRAs slots; kvroute is configured with each adapter a model of base m.
 	simAdapters []string
 	simMaxLoRAs int
-	// engine, when set, serves every worker (in place of the scripted testWorker): a
-	// handler that answers in an engine's exact format.
-	engine http.Handler
+	// fleet, when set, starts the workers itself and adds them to the config, in place
+	// of the test workers (e.g. the P/D fleet of simulated engines, pd_test.go).
+	fleet func(*config.Config)
 }
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
@@ -62,12 +62,10 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	if o.simAdapters != nil {
 		f.sims = simWorkers(t, &cfg, o.workers, o.simAdapters, o.simMaxLoRAs)
 	}
-	for i := 0; i < o.workers && o.engine != nil; i++ {
-		srv := httptest.NewServer(o.engine)
-		t.Cleanup(srv.Close)
-		cfg.Workers = append(cfg.Workers, config.Worker{Name: fmt.Sprintf("e%d", i+1), Address: strings.TrimPrefix(srv.URL, "http://")})
+	if o.fleet != nil {
+		o.fleet(&cfg)
 	}
-	for i := 0; i < o.workers && o.simAdapters == nil && o.engine == nil; i++ {
+	for i := 0; i < o.workers && o.simAdapters == nil && o.fleet == nil; i++ {
 		w := newTestWorker(t, "w"+string(rune('1'+i)))
 		f.workers = append(f.workers, w)
 		cfg.Workers = append(cfg.Workers, config.Worker{Name: w.name, Address: w.addr()})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -109,7 +110,12 @@ func TestExtProcIncludeUsage(t *testing.T) {
 			} {
 				eng := &vllmChatEngine{}
 				envoy := Config{RequestBodyMode: m.req, ResponseBodyMode: m.rsp, ChunkSize: m.chunk}
-				f := newFixture(t, fixtureOpts{workers: 1, engine: eng, envoy: envoy,
+				fleet := func(cfg *config.Config) {
+					srv := httptest.NewServer(eng)
+					t.Cleanup(srv.Close)
+					cfg.Workers = append(cfg.Workers, config.Worker{Name: "e1", Address: strings.TrimPrefix(srv.URL, "http://")})
+				}
+				f := newFixture(t, fixtureOpts{workers: 1, fleet: fleet, envoy: envoy,
 					cfg: func(cfg *config.Config) { cfg.ExtProc.InjectIncludeUsage = !c.off }})
 				st, _, got := f.do("POST", "/v1/chat/completions", c.body)
 				if st != 200 {

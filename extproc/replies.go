@@ -91,13 +91,33 @@ func (st *stream) destination() (*extprocv3.HeaderMutation, *structpb.Struct) {
 			mut.RemoveHeaders = append(mut.RemoveHeaders, classify.TagHeader)
 		}
 	}
+	// Prefill/decode disaggregation, llm-d's convention: the destination is the decode
+	// worker and the prefill worker rides in PrefillHeader, which the sidecar beside the
+	// decode worker reads to run the prefill leg first. Set (overwriting) or removed: a
+	// client never chooses its prefill worker.
+	prefill := ""
+	if st.ticket.PrefillAddress != "" && st.ticket.RemotePrefill() {
+		prefill = st.ticket.PrefillAddress
+		mut.SetHeaders = append(mut.SetHeaders, setHeader(PrefillHeader, prefill))
+	} else {
+		mut.RemoveHeaders = append(mut.RemoveHeaders, PrefillHeader)
+	}
 	if cfg.MetadataNamespace == "" {
 		return mut, nil
 	}
-	md := &structpb.Struct{Fields: map[string]*structpb.Value{cfg.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{
-		Fields: map[string]*structpb.Value{cfg.DestinationHeader: structpb.NewStringValue(dest)}})}}
+	fields := map[string]*structpb.Value{cfg.DestinationHeader: structpb.NewStringValue(dest)}
+	if prefill != "" {
+		fields[PrefillHeader] = structpb.NewStringValue(prefill)
+	}
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{cfg.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: fields})}}
 	return mut, md
 }
+
+// PrefillHeader names the remote prefill worker ("ip:port") of a disaggregated request
+// for the sidecar on the decode worker (llm-d-inference-scheduler's routing sidecar and
+// P/D profile handler, header x-prefiller-host-port). It is also written under the
+// metadata namespace next to the destination.
+const PrefillHeader = "x-prefiller-host-port"
 
 // responseMutation adds the optional informational response headers; nil when none.
 func (st *stream) responseMutation() *extprocv3.HeaderMutation {

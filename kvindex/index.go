@@ -202,10 +202,14 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 	// index in dst[base:]. A holder that cannot advance costs one load and compare.
 	var cntBuf, posBuf [128]int32
 	var cnt, pos []int32
+	var wide *wideBufs
 	if len(names) <= len(cntBuf) { // ids are dense: up to 127 workers need no allocation
 		cnt, pos = cntBuf[:len(names)], posBuf[:len(names)]
 	} else {
-		cnt, pos = make([]int32, len(names)), make([]int32, len(names))
+		wide = widePool.Get().(*wideBufs)
+		defer widePool.Put(wide)
+		wide.cnt, wide.pos = grown(wide.cnt, len(names)), grown(wide.pos, len(names))
+		cnt, pos = wide.cnt, wide.pos
 	}
 	for i := range cnt {
 		cnt[i] = -1
@@ -226,22 +230,23 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 		return dst
 	}
 	if len(found) <= 64 {
-		return ix.walkSet(keys, found, cnt, pos, dst, now)
+		return ix.walkSet(keys, found, cnt, pos, dst, now, wide)
 	}
 	// Keys are processed in groups of 8: first every key's slot is found and its
 	// overflow chunk touched (independent loads, so the cache misses of 8 keys overlap
 	// instead of being paid one by one), then the group is walked.
 	var slots [lookupGroup]int32
-	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, len(keys)))
-	for g := 1; g < len(keys); g += lookupGroup {
+	var mx [2]groupMix // this group's keys' mixes and the next's
+	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, len(keys)), &mx[0])
+	for g, cur := 1, 0; g < len(keys); g, cur = g+lookupGroup, cur^1 {
 		end := min(g+lookupGroup, len(keys))
-		ahead += ix.touchHome(keys, end, min(end+lookupGroup, len(keys))) // the next group loads while this one is walked
-		ahead += ix.findGroup(keys, g, end, &slots)
+		ahead += ix.touchHome(keys, end, min(end+lookupGroup, len(keys)), &mx[cur^1]) // the next group loads while this one is walked
+		ahead += ix.findGroup(keys, g, end, &slots, &mx[cur])
 		for i := g; i < end; i++ {
 			if slots[i-g] < 0 {
 				return finish(found, cnt, pos, dst, ahead)
 			}
-			sh := &ix.shards[shardOf(keys[i])]
+			sh := &ix.shards[mx[cur][i-g]>>59]
 			advanced := 0
 			for _, h := range sh.holdersAt(int(slots[i-g])) {
 				id := int(h.wf & idMask)

@@ -17,10 +17,14 @@ type ktab struct {
 	n int
 }
 
-// home is k's preferred slot. Block keys are xxhash output (uniform), so no mixing:
-// one multiply-shift range reduction of the bits below the 5 that chose the shard.
-func (t *ktab) home(k uint64) int {
-	hi, _ := bits.Mul64(k<<5, uint64(len(t.s)))
+// home is k's preferred slot: the keyed mix (block keys may be chosen by a KV event
+// publisher or a peer, so their own bits are not trusted to be uniform), then one
+// multiply-shift range reduction of the bits below the 5 that chose the shard.
+func (t *ktab) home(k uint64) int { return t.homeOf(mix(k)) }
+
+// homeOf is the home slot of a key whose mix is m.
+func (t *ktab) homeOf(m uint64) int {
+	hi, _ := bits.Mul64(m<<5, uint64(len(t.s)))
 	return int(hi)
 }
 
@@ -34,18 +38,27 @@ func (t *ktab) dist(i int) int {
 
 // find returns k's slot or -1.
 func (t *ktab) find(k uint64) int {
+	k = rhKey(k)
+	return t.findMixed(k, mix(k))
+}
+
+// findMixed is find of k (already rhKey'd) whose mix is m. Robin Hood's early exit (a
+// slot whose entry sits nearer its home than k would: k is absent) costs a mix of that
+// entry's key, so the first scanFree slots are scanned without it: a held key is
+// found by loads and compares alone (at load 0.9 the mean distance is ≈ 4.5), an
+// absent one costs those slots more than with the exit checked from the start.
+func (t *ktab) findMixed(k, m uint64) int {
 	n := len(t.s)
 	if n == 0 {
 		return -1
 	}
-	k = rhKey(k)
-	i := t.home(k)
+	i := t.homeOf(m)
 	for d := 0; ; d++ {
 		kk := t.s[i].k
 		if kk == k {
 			return i
 		}
-		if kk == 0 || t.dist(i) < d {
+		if kk == 0 || d >= scanFree && t.dist(i) < d {
 			return -1
 		}
 		if i++; i == n {
@@ -53,6 +66,9 @@ func (t *ktab) find(k uint64) int {
 		}
 	}
 }
+
+// scanFree is how many slots findMixed scans before it checks Robin Hood's exit.
+const scanFree = 8
 
 // probe returns k's slot, or −1 with where inserting k would start: slot at, at
 // distance d from k's home (an empty slot or a richer entry). Valid until the table

@@ -1,6 +1,28 @@
 package kvindex
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync"
+)
+
+// wideBufs holds Lookup's per-worker-id arrays for an index of more than 127 workers
+// (smaller ones live on the stack), pooled: at 1,000 workers they are 16 KB a lookup.
+// One lookup uses one at a time; every element it reads it first writes.
+type wideBufs struct {
+	cnt, pos []int32
+	bit      []uint64
+}
+
+var widePool = sync.Pool{New: func() any { return new(wideBufs) }}
+
+// grown returns s with length n, reusing its array when it is large enough; the
+// elements keep whatever they held.
+func grown[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
 
 // walkSet is Lookup's walk when at most 64 workers hold keys[0]. found[c] is candidate
 // c (Blocks 1, its keys[0] tier counted); cnt[id] > 0 and pos[id] == c for candidates.
@@ -14,16 +36,18 @@ import "math/bits"
 // slots of the next group load, and each of the group's slots was found (and its
 // overflow chunk loaded) just before, so the cache misses of 8 keys overlap instead of
 // being paid one by one.
-func (ix *Index) walkSet(keys []Key, found []Match, cnt, pos []int32, dst []Match, now uint32) []Match {
+func (ix *Index) walkSet(keys []Key, found []Match, cnt, pos []int32, dst []Match, now uint32, wide *wideBufs) []Match {
 	// bit[id] is id's candidate bit (0: not a candidate).
 	var bitBuf [128]uint64
 	var bit []uint64
 	if len(cnt) <= len(bitBuf) {
 		bit = bitBuf[:len(cnt)]
 	} else {
-		bit = make([]uint64, len(cnt))
+		wide.bit = grown(wide.bit, len(cnt))
+		bit = wide.bit
 	}
 	for id, v := range cnt {
+		bit[id] = 0
 		if v > 0 {
 			bit[id] = 1 << pos[id]
 		}
@@ -34,12 +58,13 @@ func (ix *Index) walkSet(keys []Key, found []Match, cnt, pos []int32, dst []Matc
 	end := n // keys[:end] matched by every candidate still in alive
 
 	var slots [lookupGroup]int32
-	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, n))
+	var mx [2]groupMix // this group's keys' mixes and the next's
+	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, n), &mx[0])
 walk:
-	for g := 1; g < n; g += lookupGroup {
+	for g, cur := 1, 0; g < n; g, cur = g+lookupGroup, cur^1 {
 		gend := min(g+lookupGroup, n)
-		ahead += ix.touchHome(keys, gend, min(gend+lookupGroup, n)) // the next group loads while this one is walked
-		ahead += ix.findGroup(keys, g, gend, &slots)
+		ahead += ix.touchHome(keys, gend, min(gend+lookupGroup, n), &mx[cur^1]) // the next group loads while this one is walked
+		ahead += ix.findGroup(keys, g, gend, &slots, &mx[cur])
 		for i := g; i < gend; i++ {
 			slot := slots[i-g]
 			if slot < 0 {
@@ -47,7 +72,7 @@ walk:
 				break walk
 			}
 			var m uint64
-			for _, h := range ix.shards[shardOf(keys[i])].holdersAt(int(slot)) {
+			for _, h := range ix.shards[mx[cur][i-g]>>59].holdersAt(int(slot)) {
 				id := int(h.wf & idMask)
 				if id >= len(bit) {
 					continue
@@ -105,25 +130,36 @@ func (ix *Index) liveBit(h holder, b, alive uint64, found []Match, now uint32) u
 // home slots loaded) before the group is walked, so their cache misses overlap.
 const lookupGroup = 8
 
-// touchHome loads the home slots of keys[from:to] (plain loads, no branches, so they
-// overlap) and returns a value derived from them, which callers feed to lookupSink so
-// that the compiler keeps the loads.
-func (ix *Index) touchHome(keys []Key, from, to int) (ahead uint64) {
+// groupMix is the mixes (mix, seed.go) of one group's keys: each key's shard and home
+// slot come from it, so it is computed once per key and walk.
+type groupMix [lookupGroup]uint64
+
+// touchHome stores into mx the mixes of keys[from:to] and loads their home slots
+// (plain loads, no branches, so they overlap); it returns a value derived from them,
+// which callers feed to lookupSink so that the compiler keeps the loads.
+func (ix *Index) touchHome(keys []Key, from, to int, mx *groupMix) (ahead uint64) {
 	for j := from; j < to; j++ {
-		t := &ix.shards[shardOf(keys[j])].t
+		m := mix(uint64(keys[j])) // shardOf's (key 0's home is 1's: findGroup)
+		mx[j-from] = m
+		t := &ix.shards[m>>59].t
 		if len(t.s) > 0 {
-			ahead += t.s[t.home(rhKey(uint64(keys[j])))].k
+			ahead += t.s[t.homeOf(m)].k
 		}
 	}
 	return ahead
 }
 
 // findGroup stores into slots the table slot of each of keys[g:end] (−1 when absent),
-// touching each found key's overflow chunk, and returns the read-ahead value.
-func (ix *Index) findGroup(keys []Key, g, end int, slots *[lookupGroup]int32) (ahead uint64) {
+// their mixes in mx (touchHome), touching each found key's overflow chunk, and returns
+// the read-ahead value.
+func (ix *Index) findGroup(keys []Key, g, end int, slots *[lookupGroup]int32, mx *groupMix) (ahead uint64) {
 	for j := g; j < end; j++ {
-		sh := &ix.shards[shardOf(keys[j])]
-		i := sh.t.find(uint64(keys[j]))
+		k, m := uint64(keys[j]), mx[j-g]
+		sh := &ix.shards[m>>59]
+		if k == 0 { // its shard is mix(0)'s, its slot chain 1's (rhKey)
+			k, m = 1, mix(1)
+		}
+		i := sh.t.findMixed(k, m)
 		slots[j-g] = int32(i)
 		if i >= 0 {
 			if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {

@@ -83,3 +83,34 @@ func TestLookupMatchesReference(t *testing.T) {
 		})
 	}
 }
+
+// Key 0 (its table slot is key 1's, rhKey) is found by both walks like any other key:
+// the walks take each key's shard and home from one mix (groupMix), and key 0's shard
+// is its own while its home is 1's. Keys past the first group exercise the read-ahead.
+func TestLookupKeyZero(t *testing.T) {
+	for _, workers := range []int{2, 70} {
+		ix, _ := newTestIndex(t)
+		keys := []Key{7, 0, 9, 1}
+		for i := range 20 {
+			keys = append(keys, Key(mix64(uint64(i)+100)), 0)
+		}
+		for j := range workers {
+			name := fmt.Sprintf("w%03d", j)
+			ix.SetWorker(WorkerInfo{Name: name, Model: "m", Events: true})
+			ix.Store(name, TierGPU, keys[:len(keys)-j%3])
+		}
+		got := map[string]Match{}
+		for _, m := range ix.Lookup(keys, nil) {
+			got[m.Worker] = m
+		}
+		want := refLookup(ix, keys)
+		if len(got) != workers || len(want) != workers {
+			t.Fatalf("%d workers: got %d matches, reference %d", workers, len(got), len(want))
+		}
+		for name, m := range want {
+			if got[name] != m {
+				t.Fatalf("%d workers, %s: got %+v, want %+v", workers, name, got[name], m)
+			}
+		}
+	}
+}

@@ -28,10 +28,10 @@ func rhKey(k uint64) uint64 {
 	return k
 }
 
-// home is k's preferred slot: multiplicative mixing (engine hashes in tests are small
-// integers) then multiply-shift range reduction.
+// home is k's preferred slot: the keyed mix (engine hashes are chosen by the KV event
+// publisher; in tests they are small integers) then multiply-shift range reduction.
 func (t *rh[A, B]) home(k uint64) int {
-	hi, _ := bits.Mul64(k*0x9E3779B97F4A7C15, uint64(len(t.keys)))
+	hi, _ := bits.Mul64(mix(k), uint64(len(t.keys)))
 	return int(hi)
 }
 

@@ -12,7 +12,9 @@ import (
 // one prompt spread over every shard anyway).
 const nShards = 32
 
-func shardOf(k Key) int { return int(uint64(k) >> 59) } // top 5 bits: keys are xxhash output, uniform
+// shardOf is k's shard: the top 5 bits of the keyed mix (a party choosing keys must
+// not be able to put them all in one shard either).
+func shardOf(k Key) int { return int(mix(uint64(k)) >> 59) }
 
 // shard is one part of the key space: key → holders, one table slot per key. A key
 // held by one worker stores its holder inline in the slot; a key held by several

@@ -49,6 +49,11 @@ type ExtProc struct {
 	ProxyRequests *prometheus.CounterVec // code, outcome
 	// ProxyUpstreamErrors counts upstream failures (connect, reset) of the proxy.
 	ProxyUpstreamErrors prometheus.Counter
+	// ProxyPrefillLegs counts the proxy's remote prefill legs (prefill/decode
+	// disaggregation) by result: ok, or why the request fell back to local prefill
+	// (connect_error, timeout, status, no_kv_transfer_params, bad_response,
+	// unsupported_api).
+	ProxyPrefillLegs *prometheus.CounterVec // result
 }
 
 func newExtProc(reg prometheus.Registerer) *ExtProc {
@@ -82,5 +87,7 @@ func newExtProc(reg prometheus.Registerer) *ExtProc {
 			Name: "requests_total", Help: "Requests answered by kvroute proxy, by status class (2xx, 3xx, 4xx, 5xx, error) and outcome (ok, client_error, upstream_error, error_event, truncated, aborted, expired, rejected)."}, []string{"code", "outcome"})),
 		ProxyUpstreamErrors: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
 			Name: "upstream_errors_total", Help: "Upstream failures of kvroute proxy (connect errors, resets)."})),
+		ProxyPrefillLegs: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
+			Name: "pd_prefill_legs_total", Help: "Remote prefill legs of kvroute proxy (prefill/decode disaggregation), by result: ok, or the reason for falling back to local prefill (connect_error, timeout, status, no_kv_transfer_params, bad_response, unsupported_api)."}, []string{"result"})),
 	}
 }

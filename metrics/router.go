@@ -21,6 +21,8 @@ type Router struct {
 	SpecWithdrawn    prometheus.Counter       // speculative index entries withdrawn from failed or aborted requests
 	ServedMoves      *prometheus.CounterVec   // worker (the one that served): bookings moved to the endpoint the gateway reports served
 	ServedUnknown    prometheus.Counter       // served endpoints reported that no registered worker has
+	PDDecisions      *prometheus.CounterVec   // decision (remote, local): prefill/decode picks on a disaggregated pool
+	PDFallbacks      prometheus.Counter       // remote prefills that failed and fell back to local prefill on the decode worker
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
@@ -60,5 +62,9 @@ func newRouter(reg prometheus.Registerer) *Router {
 			Name: "served_moves_total", Help: "Bookings moved because the gateway reported another endpoint served the request (a retry down the fallback list), by the worker that served."}, []string{"worker"})),
 		ServedUnknown: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "served_unknown_total", Help: "Served-endpoint reports naming an address no registered worker has (the booking stays where it was)."})),
+		PDDecisions: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "pd_decisions_total", Help: "Picks on a pool with prefill/decode roles, by decision (remote: prefill on a prefill worker, KV transferred to the decode worker; local: the decode worker prefills itself)."}, []string{"decision"})),
+		PDFallbacks: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "pd_prefill_fallbacks_total", Help: "Remote prefills that failed (Ticket.PrefillDone with an error) and fell back to local prefill on the decode worker."})),
 	}
 }

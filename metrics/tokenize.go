@@ -23,6 +23,13 @@ type Tokenize struct {
 	ShadowChecks    *prometheus.CounterVec   // model, result: shadow checks of local ids against a worker's /tokenize
 	ShadowRemote    *prometheus.GaugeVec     // model: 1 while the shadow check has switched the model to its remote path
 	ShadowLoadOnly  *prometheus.GaugeVec     // model: 1 while the shadow check has switched a model without a remote path to load-only picks
+	// The render cache (incremental chat rendering, tokenize.render_cache_bytes).
+	RenderHits          *prometheus.CounterVec // model: chat requests rendered from a cached conversation prefix
+	RenderMisses        *prometheus.CounterVec // model: chat requests rendered in full
+	RenderBytes         *prometheus.GaugeVec   // model: charged size of the render cache
+	RenderEvictions     *prometheus.CounterVec // model: prefixes evicted by the byte bound
+	RenderDisagreements *prometheus.CounterVec // model: sampled fast-path renders that differed from a full render
+	RenderOff           *prometheus.GaugeVec   // model: 1 once a disagreement has turned the render cache off
 }
 
 func newTokenize(reg prometheus.Registerer) *Tokenize {
@@ -58,5 +65,17 @@ func newTokenize(reg prometheus.Registerer) *Tokenize {
 			Name: "shadow_remote", Help: "1 while the shadow check's mismatch rate has switched the model from its local to its remote tokenization path (until restart or POST /admin/tokenize/reset)."}, []string{"model"})),
 		ShadowLoadOnly: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "shadow_load_only", Help: "1 while the shadow check's mismatch rate has switched a model with no remote tokenization path to load-only picks, without prefix-cache scoring (until restart or POST /debug/tokenize/reset)."}, []string{"model"})),
+		RenderHits: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "render_cache_hits_total", Help: "Chat requests whose conversation prefix was rendered and tokenized from the render cache (only the new messages rendered), by model."}, []string{"model"})),
+		RenderMisses: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "render_cache_misses_total", Help: "Chat requests rendered in full (no cached prefix, or the template is not proven prefix-stable for them), by model."}, []string{"model"})),
+		RenderBytes: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "render_cache_bytes", Help: "Charged size of the render cache in bytes (text and ids of cached conversation prefixes), by model."}, []string{"model"})),
+		RenderEvictions: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "render_cache_evictions_total", Help: "Conversation prefixes evicted from the render cache by its byte bound, by model."}, []string{"model"})),
+		RenderDisagreements: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "render_cache_disagreements_total", Help: "Sampled incremental renders that differed from a full render (each turns the render cache off), by model."}, []string{"model"})),
+		RenderOff: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "render_cache_off", Help: "1 once a disagreement has turned the model's render cache off (every chat request is then rendered in full), by model."}, []string{"model"})),
 	}
 }

@@ -11,7 +11,10 @@
 // ReverseProxy http.ErrAbortHandler panic is re-raised. A worker that refuses the connection is marked
 // unhealthy (passive health) and the request retried once on another pick. Refusals use
 // front.ErrorReply, the mapping the ext_proc server uses, so both fronts answer the
-// same status and error JSON.
+// same status and error JSON. A ticket with a remote prefill (prefill/decode
+// disaggregation) is sent to its prefill worker first, then to its decode worker with
+// the KV transfer parameters the prefill answered (pd.go); a client's own
+// kv_transfer_params are removed.
 //
 // Hardening: only the inference API paths in Options.Proxy.Paths are
 // forwarded (others 404, so worker-admin routes such as POST /reset_prefix_cache stay
@@ -162,7 +165,8 @@ type flight struct {
 	// stripUsage: kvroute asked for usage on the client's behalf (request.WithIncludeUsage),
 	// so the usage-only chunk is removed from what the client sees
 	stripUsage bool
-	retry      bool // set by errorHandler: nothing was written, pick again
+	retry      bool   // set by errorHandler: nothing was written, pick again
+	requestID  string // X-Request-Id of both legs of a remote prefill (pd.go); "" none
 
 	// Upstream watchdog: armed with the header timeout when the attempt starts, re-armed
 	// with the idle timeout by the response headers and every body read. When it fires,
@@ -262,6 +266,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route.Set(tracing.Model(req.Model))
+	body = withoutClientKVParams(body, req.API, h.opt.Router.MaxPromptIDs()) // P/D is kvroute's to arrange (pd.go)
 	var stripUsage bool
 	if h.opt.Proxy.InjectIncludeUsage {
 		body, stripUsage = request.WithIncludeUsage(body, req)
@@ -301,7 +306,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route.Set(t.TraceAttributes()...)
 		f = &flight{Flight: front.Flight{Ticket: t, Grant: g, Route: route, Aborts: h.m.Aborts}, grant: g, req: req, mayRetry: attempt == 0,
 			tags: cd.Header, stripUsage: stripUsage}
-		h.attempt(rec, r, f, body)
+		send := body
+		if t.RemotePrefill() { // prefill/decode disaggregation: the prefill leg first (pd.go)
+			f.requestID = pdRequestID(r)
+			if send, err = h.remotePrefill(ctx, r, f, body); err != nil && r.Context().Err() != nil {
+				return // the client went away during the prefill leg: the deferred abort ends the ticket
+			}
+		}
+		h.attempt(rec, r, f, send)
 		if !f.retry {
 			return
 		}
@@ -434,6 +446,9 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	if d := h.opt.Config.DestinationHeader; d != "" {
 		pr.Out.Header.Set(d, f.Ticket.Address)
+	}
+	if f.requestID != "" {
+		pr.Out.Header.Set("X-Request-Id", f.requestID) // the prefill leg's
 	}
 	// The tenant header is kvroute's input (trusted only from trusted_peers), never
 	// forwarded: a client's forged copy must not reach anything behind the worker.

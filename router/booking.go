@@ -15,13 +15,13 @@ import (
 type flight struct {
 	booked             scoring.Booked
 	left               leftEvents // when this replica's requests here left the queue / finished
-	pub                [4]atomic.Int64
+	pub                [5]atomic.Int64
 	inFlight, inTokens prometheus.Gauge
 }
 
 func (f *flight) snapshot() scoring.Booked {
 	return scoring.Booked{Requests: int(f.pub[0].Load()), PrefillTokens: int(f.pub[1].Load()),
-		Prefilling: int(f.pub[2].Load()), Decoding: int(f.pub[3].Load())}
+		Prefilling: int(f.pub[2].Load()), Decoding: int(f.pub[3].Load()), KVTokens: int(f.pub[4].Load())}
 }
 
 // flightLocked returns worker's in-flight state, created (with its gauges) on first
@@ -41,6 +41,7 @@ func (r *Router) flightLocked(worker string) *flight {
 // Caller holds r.mu; f belongs to t.on.
 func (t *Ticket) bookLocked(f *flight, sign int) {
 	f.booked.Requests += sign
+	f.booked.KVTokens += sign * t.kvTokens
 	if t.firstAt.IsZero() {
 		f.booked.Prefilling += sign
 		f.booked.PrefillTokens += sign * t.prefill
@@ -62,6 +63,7 @@ func (r *Router) gaugesLocked(_ string, f *flight) {
 	f.pub[1].Store(int64(b.PrefillTokens))
 	f.pub[2].Store(int64(b.Prefilling))
 	f.pub[3].Store(int64(b.Decoding))
+	f.pub[4].Store(int64(b.KVTokens))
 	f.inFlight.Set(float64(b.Requests))
 	f.inTokens.Set(float64(b.PrefillTokens))
 }
@@ -83,12 +85,25 @@ func (r *Router) book(t *Ticket, keys []kvindex.Key) {
 		t.spec.Store(&b)
 		r.noteChange() // the keys being prefilled changed (LocalBookings)
 	}
+	if t.PrefillWorker != "" { // the prefill worker computes them too (and keeps them cached)
+		if pb := r.opt.Index.Book(t.PrefillWorker, keys); pb.Len() > 0 {
+			t.pfSpec.Store(&pb)
+		}
+	}
 }
 
 // withdraw removes t's speculative index entries (the request failed before the worker
 // computed its blocks).
 func (r *Router) withdraw(t *Ticket) {
 	if b := t.spec.Swap(nil); b != nil && r.opt.Index != nil {
+		r.m.SpecWithdrawn.Add(float64(r.opt.Index.Withdraw(*b)))
+	}
+	r.withdrawPrefill(t)
+}
+
+// withdrawPrefill removes t's speculative index entries on its prefill worker.
+func (r *Router) withdrawPrefill(t *Ticket) {
+	if b := t.pfSpec.Swap(nil); b != nil && r.opt.Index != nil {
 		r.m.SpecWithdrawn.Add(float64(r.opt.Index.Withdraw(*b)))
 	}
 }

@@ -25,7 +25,7 @@ type Explanation struct {
 // (random, tie-breaks, Dynamo's temperature) consume draws, which shifts no
 // distribution. Errors are *Error, as for Pick.
 func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOptions) (*Explanation, error) {
-	in, cands, err := r.prepare(ctx, req, opt)
+	in, cands, err := r.prepare(ctx, req, opt, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -37,10 +37,13 @@ func (t *Ticket) Complete(res response.Result, at time.Time) response.Outcome {
 		return o
 	}
 	e2e := at.Sub(t.Start)
-	fa, on, moved := t.servedLocked()
+	if t.slo.SLO > 0 && e2e <= t.slo.SLO { // met, whenever its first token came (TTFT ≤ E2E)
+		r.sloMargin.met(t, e2e)
+	}
+	fa, on, learns := t.servedLocked()
 	r.m.E2ESeconds.WithLabelValues(on).Observe(e2e.Seconds())
 	r.m.UsageReports.WithLabelValues(res.Usage.CachedReport()).Inc()
-	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved { // a moved ticket's prediction was for another worker
+	if l, ok := r.opt.Policy.(scoring.Learner); ok && learns {
 		var ttft time.Duration
 		if !fa.IsZero() {
 			ttft = fa.Sub(t.Start)

@@ -69,13 +69,24 @@ type ClassPolicy struct {
 	SLO             time.Duration
 	Wait            bool
 	RefuseOnSLOMiss bool
+	// Class names the class, whose requests' outcomes calibrate its own refusal margin
+	// (slomargin.go); "" is the class of requests with no class.
+	Class string
+	// Priority: the refusal threshold of a class is tightened while a class of higher
+	// priority meets its objective less often than its Attainment asks.
+	Priority int
+	// Attainment is the share of the class's requests that should meet SLO, in (0, 1);
+	// 0 = DefaultSLOAttainment.
+	Attainment float64
 }
 
 // Pick chooses a worker for req and books it. The returned Ticket must be ended with
 // Done or Abort (FirstToken first, when observed); an unended ticket is released by the
 // sweep after TicketTTL. Errors are *Error.
 func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions) (*Ticket, error) {
-	in, cands, err := r.prepare(ctx, req, opt)
+	sc := getScratch()
+	defer putScratch(sc)
+	in, cands, err := r.prepare(ctx, req, opt, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +113,18 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		r.mu.Unlock()
 		return nil, ErrWait
 	}
-	d := r.opt.Policy.Pick(&in.Input, cands)
+	var pd scoring.PairDecision
+	pair := disaggregated(cands)
+	if pair && !anyDecodes(cands) {
+		r.mu.Unlock()
+		return nil, r.noHealthy(req.Model) // prefill-only workers answer no request
+	}
+	if pair {
+		pd = r.pickPairLocked(in, cands)
+	} else {
+		pd = scoring.PairDecision{Decision: r.opt.Policy.Pick(&in.Input, cands), Prefill: -1}
+	}
+	d := pd.Decision
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
 		r.mu.Unlock()
 		ra := d.RetryAfter
@@ -110,6 +132,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 			ra = time.Second
 		}
 		if d.Reason == scoring.ReasonSLO {
+			r.sloMargin.refused(in.cls)
 			r.m.Errors.WithLabelValues("slo_miss").Inc()
 			return nil, sloMissError(d, in.SLO, ra)
 		}
@@ -123,23 +146,38 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		Model: in.Model, PromptTokens: in.PromptTokens, CachedTokens: c.CachedTokens, Reason: d.Reason,
 		Path: in.path, Degraded: in.Degraded, Start: in.Now, booked: c.Booked, load: c.Load,
 	}
-	if in.RefuseOnSLOMiss {
-		t.refuseSLO = in.SLO // admitted under the refusal rule: its TTFT calibrates it
-	}
 	if d.Predictions != nil {
 		t.Predicted = d.Predictions[d.Index]
+	}
+	if pair && pd.Predicted.TTFT > 0 {
+		t.Predicted = pd.Predicted
+	}
+	if in.SLO > 0 { // its outcome calibrates its class's refusal margin and pressure
+		t.slo = in.cls
+		t.slo.SLO = in.SLO
+		if in.Degraded == "" {
+			t.sloPred = t.Predicted.TTFT
+		}
+		r.sloMargin.admitted(t, req.Stream, in.Now)
 	}
 	if opt.Fallbacks > 0 {
 		t.Fallbacks = fallbacks(cands, d, opt.Fallbacks)
 	}
 	t.prefill = max(in.PromptTokens-c.CachedTokens, 0)
+	t.kvTokens = max(in.PromptTokens, 0) + max(in.MaxTokens, 0)
 	if t.RequestID == "" {
 		t.RequestID = fmt.Sprintf("kvr-%d", t.id)
 	}
 	t.on, t.onAddress = t.Worker, t.Address
 	r.tickets[t.id] = t
+	if pd.Prefill >= 0 && pd.Prefill < len(cands) && pd.Prefill != d.Index {
+		r.setPrefillLocked(t, &cands[pd.Prefill], pd.PrefillPredicted)
+	}
 	t.bookLocked(r.flightLocked(t.Worker), 1)
 	r.mu.Unlock()
+	if pair {
+		r.m.PDDecisions.WithLabelValues(pdDecision(t)).Inc()
+	}
 	r.book(t, in.Keys)
 	r.m.DecisionSeconds.Observe(time.Since(start).Seconds())
 	r.m.Decisions.WithLabelValues(t.Worker, d.Reason).Inc()
@@ -160,12 +198,18 @@ type input struct {
 	path       tokenize.Path
 	regVersion uint64 // the registry version the candidates were read at
 	wait       bool   // PickOptions.Classify allowed waiting
+	cls        ClassPolicy
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
-// index lookup, scraped load.
-func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOptions) (*input, []scoring.Candidate, error) {
-	ws, known, version := r.opt.Registry.CandidatesAt(req.Model, nil)
+// index lookup, scraped load. What it returns lives in sc (nil: a new one), for the
+// pick's duration.
+func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOptions, sc *pickScratch) (*input, []scoring.Candidate, error) {
+	if sc == nil {
+		sc = new(pickScratch)
+	}
+	ws, known, version := r.opt.Registry.CandidatesAt(req.Model, sc.ws[:0])
+	sc.ws = ws
 	if !known {
 		if req.Model == "" {
 			r.m.Errors.WithLabelValues("no_worker").Inc()
@@ -193,8 +237,9 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 	if !ok {
 		md = Model{Name: req.Model, BlockSize: r.opt.DefaultBlockSize}
 	}
-	in := &input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
-		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now()}}
+	in := &sc.in
+	*in = input{regVersion: version, Input: scoring.Input{RequestID: opt.RequestID, Request: req, Model: req.Model,
+		BlockSize: md.BlockSize, MaxTokens: req.MaxTokens, SLO: opt.SLO, Now: r.opt.Now(), KVBytesPerToken: md.KVBytesPerToken, Scratch: &sc.policy}}
 	if md.Base != "" {
 		in.Adapter = md.Name // a LoRA adapter of md.Base: vLLM's lora_name is the served adapter name
 	}
@@ -218,12 +263,14 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		}
 	}
 	in.RefuseOnSLOMiss = opt.RefuseOnSLOMiss
+	in.cls = ClassPolicy{SLO: in.SLO, RefuseOnSLOMiss: in.RefuseOnSLOMiss}
 	if opt.Classify != nil {
-		cp := opt.Classify(in.PromptTokens)
-		in.SLO, in.wait, in.RefuseOnSLOMiss = cp.SLO, cp.Wait, cp.RefuseOnSLOMiss
+		in.cls = opt.Classify(in.PromptTokens)
+		in.SLO, in.wait, in.RefuseOnSLOMiss = in.cls.SLO, in.cls.Wait, in.cls.RefuseOnSLOMiss
 	}
 	if in.RefuseOnSLOMiss && in.SLO > 0 {
-		in.RefuseAbove = time.Duration(float64(in.SLO) / r.sloMargin.get())
+		in.cls.SLO = in.SLO
+		in.RefuseAbove = r.sloMargin.threshold(in.cls, in.Now)
 	}
 	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
 		// Routing considers the first limit tokens: what is hashed, looked up and booked
@@ -236,10 +283,13 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		if md.Base != "" {
 			ns.Model, ns.LoRA = md.Base, md.Name
 		}
-		in.Keys = kvindex.HashBlocks(ns.Seed(), in.Tokens, md.BlockSize, make([]kvindex.Key, 0, len(in.Tokens)/md.BlockSize))
+		in.Keys = kvindex.HashBlocks(ns.Seed(), in.Tokens, md.BlockSize, sc.keys[:0])
+		sc.keys = in.Keys
 	}
-	cands := make([]scoring.Candidate, len(ws))
-	loads := r.opt.Registry.Loads(ws, make([]workers.Load, 0, len(ws)))
+	sc.cands = grown(sc.cands, len(ws))
+	cands := sc.cands
+	loads := r.opt.Registry.Loads(ws, sc.loads[:0])
+	sc.loads = loads
 	for i, w := range ws {
 		cands[i] = scoring.Candidate{Worker: w, Load: loads[i]}
 	}
@@ -247,7 +297,8 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		_, span := tracing.Start(ctx, r.opt.Tracer, tracing.SpanIndexLookup)
 		defer span.End()
 		span.SetAttributes(attribute.Int("kvroute.blocks", len(in.Keys)))
-		for _, m := range r.opt.Index.Lookup(in.Keys, nil) {
+		sc.matches = r.opt.Index.Lookup(in.Keys, sc.matches[:0])
+		for _, m := range sc.matches {
 			// ws is sorted by name (Registry.Candidates): a binary search per match, no map.
 			if i, ok := slices.BinarySearchFunc(ws, m.Worker, func(w *workers.Worker, name string) int {
 				return strings.Compare(w.Name, name)
@@ -316,7 +367,7 @@ func (r *Router) prepolicy(in *input, cands []scoring.Candidate) {
 func fallbacks(cands []scoring.Candidate, d scoring.Decision, n int) []string {
 	order := make([]int, 0, len(cands))
 	for i := range cands {
-		if i != d.Index {
+		if i != d.Index && cands[i].Worker.Role.Decodes() { // a prefill-only worker answers no request
 			order = append(order, i)
 		}
 	}

@@ -29,6 +29,11 @@ type Model struct {
 	// MaxModelLen is the model's context length in tokens (vLLM --max-model-len); 0
 	// unknown. It caps the prompt tokens considered for routing (Options.MaxPromptTokens).
 	MaxModelLen int
+	// KVBytesPerToken is the model's KV cache per token, bytes: 2 (K and V) × layers ×
+	// KV heads × head dim × KV dtype bytes (vllm/v1/kv_cache_interface.py
+	// FullAttentionSpec.page_size_bytes ÷ block_size); 0 → scoring's default
+	// (scoring.kv_bytes_per_token). It prices a disaggregated pair's KV transfer.
+	KVBytesPerToken float64
 }
 
 // DefaultMaxPromptTokens caps the prompt tokens considered for routing of a model
@@ -131,7 +136,7 @@ type Router struct {
 
 	// peerBooked is the bookings peer replicas hold per worker (SetPeerBookings);
 	// changes counts changes of this replica's own bookings (Changes).
-	sloMargin  sloMargin // calibration of the SLO refusal rule (slomargin.go)
+	sloMargin  sloMargins // calibration of the SLO refusal rule (slomargin.go)
 	peerBooked atomic.Pointer[map[string]PeerWorker]
 	changes    atomic.Uint64
 	changed    chan struct{} // cap 1: signalled at each change (ChangeSignal)

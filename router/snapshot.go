@@ -16,6 +16,7 @@ type WorkerState struct {
 	Healthy bool           `json:"healthy"`
 	Booked  scoring.Booked `json:"booked"`
 	Load    workers.Load   `json:"load"`
+	Role    workers.Role   `json:"role,omitempty"` // prefill/decode role (docs/pd.md); "" aggregated
 }
 
 // TicketState is the admin view of one in-flight request.
@@ -28,6 +29,9 @@ type TicketState struct {
 	FirstToken    bool          `json:"first_token"`
 	Age           time.Duration `json:"age_ns"`
 	PredictedTTFT time.Duration `json:"predicted_ttft_ns"`
+	// PrefillWorker is the worker prefilling remotely while the prefill leg is open
+	// (docs/pd.md); "" none.
+	PrefillWorker string `json:"prefill_worker,omitempty"`
 }
 
 // Snapshot returns the workers with their bookings and the open tickets, oldest first.
@@ -38,7 +42,7 @@ func (r *Router) Snapshot() ([]WorkerState, []TicketState) {
 	defer r.mu.Unlock()
 	out := make([]WorkerState, 0, len(ws))
 	for _, w := range ws {
-		s := WorkerState{Name: w.Name, Address: w.Address, Models: w.Models, Healthy: r.opt.Registry.Healthy(w.Name), Load: r.opt.Registry.Load(w.Name)}
+		s := WorkerState{Name: w.Name, Address: w.Address, Models: w.Models, Healthy: r.opt.Registry.Healthy(w.Name), Load: r.opt.Registry.Load(w.Name), Role: w.Role}
 		if f := r.flights[w.Name]; f != nil {
 			s.Booked = f.booked
 		}
@@ -47,7 +51,8 @@ func (r *Router) Snapshot() ([]WorkerState, []TicketState) {
 	ts := make([]TicketState, 0, len(r.tickets))
 	for _, t := range r.tickets {
 		ts = append(ts, TicketState{RequestID: t.RequestID, Worker: t.on, Model: t.Model, PromptTokens: t.PromptTokens,
-			CachedTokens: t.CachedTokens, FirstToken: t.firstAt != (time.Time{}), Age: now.Sub(t.Start), PredictedTTFT: t.Predicted.TTFT})
+			CachedTokens: t.CachedTokens, FirstToken: t.firstAt != (time.Time{}), Age: now.Sub(t.Start), PredictedTTFT: t.Predicted.TTFT,
+			PrefillWorker: t.pf.on})
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Age > ts[j].Age })
 	return out, ts

@@ -59,6 +59,7 @@ func (l registryListener) WorkerRemoved(w *workers.Worker) {
 			n++
 		}
 	}
+	r.prefillRemovedLocked(w.Name)
 	delete(r.flights, w.Name)
 	r.pub.Delete(w.Name)
 	r.m.InFlight.DeleteLabelValues(w.Name)

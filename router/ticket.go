@@ -35,11 +35,26 @@ type Ticket struct {
 	// Fallbacks are the addresses of the next-best workers after Address, best first
 	// (PickOptions.Fallbacks of them at most); nil unless asked for.
 	Fallbacks []string
+	// PrefillWorker and PrefillAddress ("ip:port") name the worker that prefills the
+	// prompt for Worker in prefill/decode disaggregation (docs/pd.md): the fronts send
+	// the request there first with kv_transfer_params {"do_remote_decode": true} and
+	// max_tokens 1, then to Address with the kv_transfer_params it returned (llm-d's
+	// x-prefiller-host-port convention). Both empty: Worker prefills locally (an
+	// aggregated worker, or the decode worker's own choice). They describe the pick and
+	// never change; after a failed prefill (PrefillDone with an error) RemotePrefill
+	// reports false and the request is sent to Address alone.
+	PrefillWorker  string
+	PrefillAddress string
+	// PrefillCachedTokens is the predicted cached prefix on PrefillWorker, tokens (0
+	// when it is empty).
+	PrefillCachedTokens int
 
-	prefill   int            // booked uncached prefill tokens
-	refuseSLO time.Duration  // the objective of a request admitted under PickOptions.RefuseOnSLOMiss; 0 none
-	booked    scoring.Booked // the worker's bookings before this one (learning feature)
-	load      workers.Load
+	prefill  int            // booked uncached prefill tokens
+	kvTokens int            // KV footprint booked: prompt + requested output tokens
+	slo      ClassPolicy    // the class of a request picked with an objective (SLO > 0); zero none
+	sloPred  time.Duration  // with slo: the predicted TTFT it was admitted on; 0 none
+	booked   scoring.Booked // the worker's bookings before this one (learning feature)
+	load     workers.Load
 
 	// guarded by r.mu
 	firstAt time.Time
@@ -50,9 +65,14 @@ type Ticket struct {
 	on, onAddress string
 	moved         bool
 
+	pf prefillLeg // the booking on PrefillWorker (guarded by r.mu; pd.go)
+
 	released atomic.Bool                     // ended (set under r.mu), read without it
 	spec     atomic.Pointer[kvindex.Booking] // speculative entries booked for it; nil none
+	pfSpec   atomic.Pointer[kvindex.Booking] // speculative entries booked on PrefillWorker; nil none
 	onFirst  atomic.Pointer[func(ttft time.Duration)]
+	// sloCounted: its outcome has been folded into its class's refusal margin.
+	sloCounted atomic.Bool
 }
 
 // OnFirstToken makes FirstToken call f with the observed TTFT (from Start to the first
@@ -73,7 +93,7 @@ func (t *Ticket) FirstToken(at time.Time) {
 		r.mu.Unlock()
 		return
 	}
-	on, moved := t.on, t.moved
+	on := t.on
 	f := r.flights[on]
 	if f != nil {
 		t.bookLocked(f, -1) // as prefilling
@@ -83,15 +103,25 @@ func (t *Ticket) FirstToken(at time.Time) {
 		t.bookLocked(f, 1) // as decoding
 		f.left.first.add(at)
 	}
+	// A first token means the prefill leg is over, whether or not the front reported it
+	// (behind Envoy the decode worker's sidecar runs it, unseen).
+	pfObs, pfLearn := t.prefillObservationLocked(at)
+	t.releasePrefillLocked(at)
+	learns := t.learnsLocked()
 	r.mu.Unlock()
 	ttft := at.Sub(t.Start)
-	if t.refuseSLO > 0 {
-		r.sloMargin.observe(ttft, t.refuseSLO)
+	if t.slo.SLO > 0 {
+		r.sloMargin.observe(t, ttft)
 	}
 	r.m.TicketsReleased.WithLabelValues("first_token").Inc()
 	r.m.TTFTSeconds.WithLabelValues(on).Observe(ttft.Seconds())
-	if l, ok := r.opt.Policy.(scoring.Learner); ok && !moved {
-		l.Observe(t.observation(ttft, 0, response.Usage{}, 0))
+	if l, ok := r.opt.Policy.(scoring.Learner); ok {
+		switch {
+		case learns:
+			l.Observe(t.observation(ttft, 0, response.Usage{}, 0))
+		case pfLearn:
+			l.Observe(pfObs)
+		}
 	}
 	if f := t.onFirst.Load(); f != nil {
 		(*f)(ttft)
@@ -154,6 +184,7 @@ func (r *Router) releaseLocked(t *Ticket, o response.Outcome) {
 			f.left.finished.add(now)
 		}
 	}
+	t.releasePrefillLocked(r.opt.Now())
 }
 
 func (t *Ticket) observation(ttft, e2e time.Duration, u response.Usage, status int) scoring.Observation {
@@ -180,12 +211,18 @@ func (t *Ticket) TraceAttributes() []attribute.KeyValue {
 }
 
 // servedLocked reads, under r.mu, the first-token time, the worker holding the
-// booking and whether Served moved it.
+// booking and whether the ticket teaches the policy at completion (learnsLocked).
 func (t *Ticket) servedLocked() (time.Time, string, bool) {
 	t.r.mu.Lock()
 	defer t.r.mu.Unlock()
-	return t.firstAt, t.on, t.moved
+	return t.firstAt, t.on, t.learnsLocked()
 }
+
+// learnsLocked reports whether the ticket's own TTFT and completion teach the policy:
+// not when Served moved it (its prediction was for another worker), nor when its
+// prefill was remote (its prefill leg teaches the prefill worker instead, pd.go) or
+// fell back to local (its prediction was for the pair). Caller holds r.mu.
+func (t *Ticket) learnsLocked() bool { return !t.moved && t.PrefillWorker == "" }
 
 // Served records the endpoint ("ip:port") the gateway reports as having served the
 // request: the GIE protocol's x-gateway-destination-endpoint-served response metadata

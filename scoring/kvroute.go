@@ -25,6 +25,7 @@ type Predictor struct {
 
 	mu      sync.RWMutex
 	workers map[string]*workerModel // guarded by mu
+	gen     uint64                  // guarded by mu: bumped by every change of workers' entries
 	pool    poolState               // guarded by mu
 	reuse   reuseClock              // guarded by mu (turnover.go)
 }
@@ -93,7 +94,8 @@ func (p *Predictor) WriteHalfLife() time.Duration { return p.o.WriteHalfLife }
 func (p *Predictor) Predict(in *Input, c *Candidate) Prediction {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	pred, _ := p.predictLocked(in, c, nil)
+	pool := p.poolFactors()
+	pred, _ := p.predictLocked(in, c, nil, &pool)
 	return pred
 }
 
@@ -108,14 +110,26 @@ type candState struct {
 
 // predictLocked predicts with the worker's effective factors (p.mu held); fresh
 // reports that the worker has no model for its current prior yet (first sight, or its
-// profile changed). st, when non-nil, receives the pick's by-products.
-func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Prediction, fresh bool) {
+// profile changed). st, when non-nil, receives the pick's by-products; pool is
+// p.poolFactors() (the same for every candidate: computed once per pick).
+func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState, pool *[NumTerms]float64) (_ Prediction, fresh bool) {
+	return p.predictWith(in, c, p.model(c), st, pool)
+}
+
+// model is c's worker's model (p.mu held); nil when it has none or c has no worker.
+func (p *Predictor) model(c *Candidate) *workerModel {
+	if c.Worker == nil {
+		return nil
+	}
+	return p.workers[c.Worker.Name]
+}
+
+// predictWith is predictLocked with c's worker's model m (p.model(c)) given.
+func (p *Predictor) predictWith(in *Input, c *Candidate, m *workerModel, st *candState, pool *[NumTerms]float64) (_ Prediction, fresh bool) {
 	pr := priorFor(&p.o, c)
 	var wm *workerModel
-	if c.Worker != nil {
-		if m := p.workers[c.Worker.Name]; m != nil && m.prior == pr {
-			wm = m
-		}
+	if m != nil && m.prior == pr {
+		wm = m
 	}
 	fresh = wm == nil
 	theta := unitTheta
@@ -124,7 +138,7 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 		v.leftWaiting, v.leftRunning = max(c.PeerLeft.Waiting, 0), max(c.PeerLeft.Running, 0)
 	}
 	if p.learn {
-		theta = p.effective(wm, in.Now)
+		theta = p.effectiveFrom(*pool, wm, in.Now)
 	}
 	rate := pr.prefillRate / max(theta[TermPrefill], 1e-9)
 	if wm != nil {
@@ -159,12 +173,24 @@ func (p *Predictor) predictLocked(in *Input, c *Candidate, st *candState) (_ Pre
 // each worker's learned rate) over the candidates' capacity in the same window, scaled
 // by the backlog factor max(1, O/S) when the first tokens fall behind the writes
 // (O = the decayed uncached tokens routed, S = those of them served, both over the
-// candidates; README "Overload").
-func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) float64 {
+// candidates; README "Overload"). writes, when non-nil, receives each candidate's
+// decayed writes, this replica's and its peers' (the pick's tie-break and turnover
+// read them): one map probe and one decay per candidate serve both.
+func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState, writes []float64) float64 {
 	work, offered, served := 0.0, 0.0, 0.0
+	wms := in.prepared.models(p.gen, cands)
 	for i := range cands {
-		if c := &cands[i]; c.Worker != nil {
-			if wm := p.workers[c.Worker.Name]; wm != nil {
+		c := &cands[i]
+		wr := 0.0
+		if c.Worker != nil {
+			wr = p.peerWrites(c)
+			var wm *workerModel
+			if wms != nil {
+				wm = wms[i]
+			} else {
+				wm = p.workers[c.Worker.Name]
+			}
+			if wm != nil {
 				// O/S from this replica's own picks (peers' served tokens are not
 				// shared; with peer_state their writes add to the work only).
 				w := wm.writes.at(in.Now, p.o.WriteHalfLife)
@@ -173,9 +199,13 @@ func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) flo
 					served += wm.served.at(in.Now, p.o.WriteHalfLife)
 				}
 				if st[i].rate > 0 {
-					work += (w + p.peerWrites(c)) / st[i].rate
+					work += (w + wr) / st[i].rate
 				}
+				wr += w
 			}
+		}
+		if writes != nil {
+			writes[i] = wr
 		}
 	}
 	rho := work / (float64(len(cands)) * windowSeconds(p.o.WriteHalfLife))
@@ -185,15 +215,33 @@ func (p *Predictor) utilLocked(in *Input, cands []Candidate, st []candState) flo
 	return rho
 }
 
-// Pick implements Policy: predictions for every candidate, then choose (picker.go).
-func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
-	preds := make([]Prediction, len(cands))
-	st := make([]candState, len(cands))
+// scored is one pick's per-candidate work: predictions, their by-products, the costs
+// the choice ranks by (TTFT plus the delay the pick imposes on later requests), and
+// each worker's decayed writes. Its slices live in the pick's Scratch.
+type scored struct {
+	sc     *Scratch
+	preds  []Prediction
+	st     []candState
+	cost   []time.Duration
+	writes []float64
+	pool   [NumTerms]float64 // the pool's factors (exploration)
+	k      float64           // congestion factor ρ/(1−ρ)
+	tau    float64           // reuse interval of the prompt's blocks (CacheTurnover)
+	reused bool
+}
+
+// score predicts every candidate and prices it (Pick and PickPair share it).
+func (p *Predictor) score(in *Input, cands []Candidate) scored {
+	s, n := in.scratch(), len(cands)
+	s.preds, s.st, s.writes, s.cost = grown(s.preds, n), grown(s.st, n), grown(s.writes, n), grown(s.cost, n)
+	sc := scored{sc: s, preds: s.preds, st: s.st, cost: s.cost, writes: s.writes}
+	preds, st := sc.preds, sc.st
 	var fresh []int
 	p.mu.RLock()
+	pool := p.poolFactors()
 	for i := range cands {
 		var f bool
-		if preds[i], f = p.predictAt(in, cands, i, &st[i]); f && cands[i].Worker != nil {
+		if preds[i], f = p.predictAt(in, cands, i, &st[i], &pool); f && cands[i].Worker != nil {
 			fresh = append(fresh, i)
 		}
 	}
@@ -206,65 +254,69 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 			pr := priorFor(&p.o, &cands[i])
 			if wm := p.workers[cands[i].Worker.Name]; wm == nil || wm.prior != pr {
 				p.workers[cands[i].Worker.Name] = p.newWorkerModel(pr)
+				p.gen++
 			}
 		}
 		p.mu.Unlock()
 	}
-	writes := make([]float64, len(cands))
-	var pool [NumTerms]float64
 	p.mu.RLock()
-	for i := range cands {
-		if c := &cands[i]; c.Worker != nil {
-			writes[i] = p.peerWrites(c)
-			if wm := p.workers[c.Worker.Name]; wm != nil {
-				writes[i] += wm.writes.at(in.Now, p.o.WriteHalfLife)
-			}
-		}
-	}
-	util := p.utilLocked(in, cands, st)
-	pool = p.poolFactors()
-	tau, reused := 0.0, false
+	util := p.utilLocked(in, cands, st, sc.writes)
+	sc.pool = p.poolFactors()
 	if p.o.CacheTurnover {
-		tau, reused = p.reuse.interval(in.Keys, in.Now)
+		sc.tau, sc.reused = p.reuse.interval(in.Keys, in.Now)
 	}
 	p.mu.RUnlock()
-	k := congestion(&p.o, util)
-	cost := make([]time.Duration, len(cands))
-	for i := range cost {
-		cost[i] = preds[i].TTFT + time.Duration(k*st[i].prefill*float64(time.Second))
+	sc.k = congestion(&p.o, util)
+	for i := range sc.cost {
+		sc.cost[i] = preds[i].TTFT + time.Duration(sc.k*st[i].prefill*float64(time.Second))
 		if p.o.CacheTurnover {
-			cost[i] += time.Duration((1 + k) * p.turnover(in, &cands[i], writes[i], tau, st[i].rate) * float64(time.Second))
+			sc.cost[i] += time.Duration((1 + sc.k) * p.turnover(in, &cands[i], sc.writes[i], sc.tau, st[i].rate) * float64(time.Second))
 		}
-		cost[i] += time.Duration(displacement(&p.o, st[i].adapter, st[i].theta[TermAdapter]) * float64(time.Second))
+		sc.cost[i] += time.Duration(displacement(&p.o, st[i].adapter, st[i].theta[TermAdapter]) * float64(time.Second))
 	}
-	d := choose(&p.o, in, cands, preds, cost, st, writes)
+	return sc
+}
+
+// Pick implements Policy: predictions for every candidate, then choose (picker.go).
+func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
+	sc := p.score(in, cands)
+	preds, st, cost, writes, pool, k := sc.preds, sc.st, sc.cost, sc.writes, sc.pool, sc.k
+	d := choose(&p.o, sc.sc, in, cands, preds, cost, st, writes)
 	if p.learn && p.o.ExploreFraction > 0 && len(cands) > 1 && !d.Shed && d.Reason != ReasonDegraded && d.Reason != ReasonSLO &&
 		p.o.Rand.Float64() < p.o.ExploreFraction {
 		// Exploration: decide as the pool's model would (every worker at the pool's
 		// factors), so a worker whose own factors shut it out is still observed. It
 		// counts as exploration only where it leaves the near-ties of the own-factor cost.
-		ex := make([]time.Duration, len(cands))
+		sc.sc.ex = grown(sc.sc.ex, len(cands))
+		ex := sc.sc.ex
 		for i := range ex {
 			pp := predict(preds[i].Features, &pool)
 			ex[i] = pp.TTFT + time.Duration(k*pool[TermPrefill]*preds[i].Features[TermPrefill]*float64(time.Second))
 		}
-		if e := choose(&p.o, in, cands, preds, ex, st, writes); !e.Shed && e.Index >= 0 &&
+		if e := choose(&p.o, sc.sc, in, cands, preds, ex, st, writes); !e.Shed && e.Index >= 0 &&
 			cost[e.Index] > cost[d.Index]+max(time.Duration(float64(cost[d.Index])*p.o.TieMargin), p.o.TieMarginMin) {
 			d.Index, d.Reason = e.Index, ReasonExplore
 		}
 	}
+	p.commit(in, cands, d, &sc)
+	return d
+}
+
+// commit records a decision that goes ahead (not a dry run, not shed): the chosen
+// worker's writes, backlog and adapter use, the prompt's reuse, and the pick's metrics.
+func (p *Predictor) commit(in *Input, cands []Candidate, d Decision, sc *scored) {
 	if !in.DryRun && !d.Shed && d.Index >= 0 && cands[d.Index].Worker != nil {
 		c := &cands[d.Index]
 		u := float64(max(in.PromptTokens-c.CachedTokens, 0))
 		p.mu.Lock()
 		if wm := p.workers[c.Worker.Name]; wm != nil {
 			wm.writes.add(u, in.Now, p.o.WriteHalfLife)
-			wm.backlog.add(float64(max(in.PromptTokens-st[d.Index].cached, 0)), c.Booked.PrefillTokens, in.Now, st[d.Index].rate)
+			wm.backlog.add(float64(max(in.PromptTokens-sc.st[d.Index].cached, 0)), c.Booked.PrefillTokens, in.Now, sc.st[d.Index].rate)
 			wm.recordAdapter(in, c)
 		}
 		if p.o.CacheTurnover {
 			p.reuse.horizon = 10 * p.o.WriteHalfLife
-			p.reuse.record(in.Keys, in.Now, tau, reused)
+			p.reuse.record(in.Keys, in.Now, sc.tau, sc.reused)
 		}
 		p.mu.Unlock()
 	}
@@ -275,14 +327,13 @@ func (p *Predictor) Pick(in *Input, cands []Candidate) Decision {
 		if d.Shed {
 			p.m.Shed.WithLabelValues(p.name).Inc()
 		} else {
-			p.m.PredictedTTFT.WithLabelValues(cands[d.Index].Worker.Name).Observe(preds[d.Index].TTFT.Seconds())
+			p.m.PredictedTTFT.WithLabelValues(cands[d.Index].Worker.Name).Observe(d.Predictions[d.Index].TTFT.Seconds())
 			p.m.Picks.WithLabelValues(p.name, d.Reason).Inc()
-			if as := st[d.Index].adapter; as != AdapterNone {
+			if as := sc.st[d.Index].adapter; as != AdapterNone {
 				p.m.AdapterPicks.WithLabelValues(as.String()).Inc()
 			}
 		}
 	}
-	return d
 }
 
 // turnover is the cache-turnover price of placing the request on c (turnoverCost):
@@ -394,6 +445,7 @@ func (p *Predictor) Observe(o Observation) {
 	if wm == nil { // picked before this predictor existed: assume the default prior
 		wm = p.newWorkerModel(priorFor(&p.o, &Candidate{}))
 		p.workers[o.Worker] = wm
+		p.gen++
 	}
 	if u := o.PromptTokens - o.CachedTokens; u > 0 {
 		wm.foreignTokens += foreignAlpha * (float64(u) - wm.foreignTokens)
@@ -491,6 +543,7 @@ func (p *Predictor) WorkerAdded(*workers.Worker) {}
 func (p *Predictor) WorkerRemoved(w *workers.Worker) {
 	p.mu.Lock()
 	delete(p.workers, w.Name)
+	p.gen++
 	p.mu.Unlock()
 	if m := p.m; m != nil {
 		for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.PrefillRate, m.Overhead, m.PredictedTTFT, m.ObservedTTFT, m.APE} {

@@ -173,22 +173,26 @@ func predict(f Features, theta *[NumTerms]float64) Prediction {
 	for i := range t {
 		t[i] = theta[i] * f[i]
 	}
-	sec := func(s float64) time.Duration {
-		// Saturating: a term past ±MaxPredictedTerm (an absurd load, a claim no worker
-		// could hold) is that bound, never an int64 overflow that turns a huge delay
-		// into a large negative one; NaN counts as the bound too.
-		switch {
-		case s >= MaxPredictedTerm.Seconds() || s != s:
-			return MaxPredictedTerm
-		case s <= -MaxPredictedTerm.Seconds():
-			return -MaxPredictedTerm
-		}
-		return time.Duration(s * float64(time.Second))
-	}
+	// Saturating (satDuration): a term past ±MaxPredictedTerm (an absurd load, a claim
+	// no worker could hold) is that bound, never an int64 overflow that turns a huge
+	// delay into a large negative one; NaN counts as the bound too.
+	sec := satDuration
 	p := Prediction{Overhead: sec(t[TermOverhead]), Prefill: sec(t[TermPrefill] + t[TermLowerTier]),
 		Queue: sec(t[TermQueue] + t[TermDecode]), Adapter: sec(t[TermAdapter]), Features: f}
 	p.TTFT = p.Overhead + p.Prefill + p.Queue + p.Adapter
 	return p
+}
+
+// satDuration converts seconds to a Duration, saturating at ±MaxPredictedTerm (NaN
+// counts as the bound), as predict does for every term.
+func satDuration(s float64) time.Duration {
+	switch {
+	case s >= MaxPredictedTerm.Seconds() || s != s:
+		return MaxPredictedTerm
+	case s <= -MaxPredictedTerm.Seconds():
+		return -MaxPredictedTerm
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 var unitTheta = [NumTerms]float64{1, 1, 1, 1, 1, 1}

@@ -108,6 +108,24 @@ type Options struct {
 	// max_loras slots holds an adapter with running requests (vLLM schedules no request
 	// of a further adapter until one of them ends), added to AdapterLoadTime. 0 → 2 s.
 	AdapterSlotWait time.Duration
+	// KVBytesPerToken is the KV cache size of one token for models whose
+	// Input.KVBytesPerToken is 0, bytes. 0 → 131072 (128 KiB: 2 × 32 layers × 8 KV
+	// heads × 128 head dim × 2 bytes, Llama-3.1-8B in bf16).
+	KVBytesPerToken float64
+	// KVTransferBytesPerSecond is the prefill→decode KV transfer bandwidth of a
+	// disaggregated pair (vLLM's NixlConnector reads the prefill worker's blocks over
+	// RDMA), bytes per second. 0 → 25e9 (a 200 Gb/s link).
+	KVTransferBytesPerSecond float64
+	// KVTransferLatency is the fixed time of one KV transfer (the decode worker's
+	// read request and its completion notice). 0 → 2 ms.
+	KVTransferLatency time.Duration
+	// PDMaxLocalPrefillTokens caps the uncached prompt a decode-role worker may prefill
+	// itself instead of using a prefill worker, tokens, even when that is predicted
+	// faster: a long local prefill stalls the worker's running decodes (their ITL).
+	// Dynamo's conditional disaggregation uses the same cap, max_local_prefill_length
+	// (examples/python_rs/llm/vllm_nixl/router/disagg_router.py). 0 → 1000; negative
+	// → no cap (the prediction alone decides).
+	PDMaxLocalPrefillTokens int
 	// MaxTTFT sheds a request (429) when even the best prediction exceeds it. 0 → off.
 	MaxTTFT time.Duration
 	// ShedOnSLOMiss sheds a request whose SLO (x-slo-ttft-ms) no worker is predicted to meet.
@@ -167,6 +185,10 @@ type Baselines struct {
 	SGLBalanceAbs     float64 // SGLang balance_abs_threshold (requests); 0 → 64
 	SGLBalanceRel     float64 // SGLang balance_rel_threshold; 0 → 1.5
 	SGLMaxTreeChars   int     // SGLang max tree size per worker, characters; 0 → 1<<24
+	// PDNonCachedTokens is llm-d's P/D decider threshold (prefix-based-pd-decider
+	// nonCachedTokens): a request whose uncached prompt on the chosen decode worker is at
+	// least this many tokens is disaggregated; 0 → 1024; negative → always.
+	PDNonCachedTokens int
 }
 
 // DefaultOptions returns the value each zero field of Options takes (Rand and Metrics
@@ -219,6 +241,12 @@ func (o Options) withDefaults() Options {
 	def(&o.ExploreFraction, 0.01)
 	o.ExploreFraction = min(max(o.ExploreFraction, 0), 1)
 	def(&o.CongestionMax, 8)
+	def(&o.KVBytesPerToken, 131072)
+	def(&o.KVTransferBytesPerSecond, 25e9)
+	defD(&o.KVTransferLatency, 2*time.Millisecond)
+	if o.PDMaxLocalPrefillTokens == 0 {
+		o.PDMaxLocalPrefillTokens = 1000
+	}
 	b := &o.Baselines
 	defI(&b.GIEBlockChars, 64)
 	defI(&b.GIEMaxBlocks, 256)
@@ -237,6 +265,9 @@ func (o Options) withDefaults() Options {
 	def(&b.SGLBalanceAbs, 64)
 	def(&b.SGLBalanceRel, 1.5)
 	defI(&b.SGLMaxTreeChars, 1<<24)
+	if b.PDNonCachedTokens == 0 {
+		b.PDNonCachedTokens = 1024
+	}
 	if o.Rand == nil {
 		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
@@ -255,11 +286,12 @@ const (
 	PolicyDynamo        = "dynamo"
 	PolicySGLang        = "sglang_cache_aware"
 	PolicyLoRAAffinity  = "llmd_lora_affinity" // llm-d/AIBrix adapter affinity in front of llmd_prefix_affinity
+	PolicyLLMDPD        = "llmd_pd"            // llm-d's P/D profile handler (prefix-based decider), llmd_pd.go
 )
 
 // PolicyNames lists the names New accepts (scoring.policy values), kvroute first.
 var PolicyNames = []string{PolicyKVRoute, PolicyKVRouteStatic, PolicyRandom, PolicyRoundRobin, PolicyLeastRequest,
-	PolicyGIE, PolicyLLMD, PolicyDynamo, PolicySGLang, PolicyLoRAAffinity}
+	PolicyGIE, PolicyLLMD, PolicyDynamo, PolicySGLang, PolicyLoRAAffinity, PolicyLLMDPD}
 
 // New returns a fresh policy named name (no goroutines, no clocks: time comes from
 // Input.Now, randomness from Options.Rand). Errors wrap ErrUnknownPolicy.
@@ -286,6 +318,8 @@ func New(name string, o Options) (Policy, error) {
 		return newSGLang(o), nil
 	case PolicyLoRAAffinity:
 		return newLoRAAffinity(o), nil
+	case PolicyLLMDPD:
+		return newLLMDPD(o), nil
 	}
 	return nil, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, PolicyNames)
 }

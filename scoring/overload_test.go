@@ -137,10 +137,11 @@ func TestLoadedClusterPricesTheWorkAPickAdds(t *testing.T) {
 	st := make([]candState, 2)
 	cs := []Candidate{holder, other}
 	loaded.mu.RLock()
+	pool := loaded.poolFactors()
 	for i := range cs {
-		loaded.predictLocked(in, &cs[i], &st[i])
+		loaded.predictLocked(in, &cs[i], &st[i], &pool)
 	}
-	u := loaded.utilLocked(in, cs, st)
+	u := loaded.utilLocked(in, cs, st, nil)
 	loaded.mu.RUnlock()
 	if u < 0.85 || u > 0.95 {
 		t.Fatalf("utilization %.3f, want ≈ 0.9", u)
@@ -224,10 +225,11 @@ func checkUtilizationBacklog(t *testing.T, on bool) {
 		st := make([]candState, len(cs))
 		p.mu.RLock()
 		defer p.mu.RUnlock()
+		pool := p.poolFactors()
 		for i := range cs {
-			p.predictLocked(in, &cs[i], &st[i])
+			p.predictLocked(in, &cs[i], &st[i], &pool)
 		}
-		return p.utilLocked(in, cs, st)
+		return p.utilLocked(in, cs, st, nil)
 	}
 	near := func(what string, got, want float64) {
 		t.Helper()

@@ -59,7 +59,12 @@ func (wm *workerModel) decay(now time.Time, halfLife time.Duration) float64 {
 // them (a GPU twice as slow; or every worker of a pool whose workers differ so much
 // that the pool's compromise fits none). A worker with no observation uses θ_b.
 func (p *Predictor) effective(wm *workerModel, now time.Time) [NumTerms]float64 {
-	th := p.poolFactors()
+	return p.effectiveFrom(p.poolFactors(), wm, now)
+}
+
+// effectiveFrom is effective with the pool's gated factors th (poolFactors) given: a
+// pick computes them once for all its candidates.
+func (p *Predictor) effectiveFrom(th [NumTerms]float64, wm *workerModel, now time.Time) [NumTerms]float64 {
 	if wm == nil || wm.est.n == 0 {
 		return th
 	}

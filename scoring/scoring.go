@@ -16,6 +16,11 @@ type Booked struct {
 	Prefilling    int `json:"prefilling"`     // booked requests without a first token yet
 	Decoding      int `json:"decoding"`       // booked requests past their first token, still generating
 	Unsized       int `json:"unsized"`        // of Prefilling: booked without a known prompt size (token-less, degraded)
+	// KVTokens is the KV footprint of the booked requests, tokens: each one's prompt
+	// plus its requested output (max_tokens; 0 when unknown), on the worker that decodes
+	// it and, until its prefill leg ends, on its prefill worker. Not exchanged with
+	// peer replicas.
+	KVTokens int `json:"kv_tokens"`
 }
 
 // AddShared adds o's Requests, PrefillTokens, Prefilling and Decoding to b: the counts
@@ -80,7 +85,11 @@ type Input struct {
 	Keys         []kvindex.Key // block keys of Tokens; nil when unavailable
 	BlockSize    int           // tokens per KV block for this model
 	MaxTokens    int           // requested output limit; 0 unknown
-	SLO          time.Duration // per-request TTFT objective (x-slo-ttft-ms); 0 none
+	// KVBytesPerToken is the model's KV cache size per token, bytes (the model's
+	// router.Model.KVBytesPerToken); 0 → Options.KVBytesPerToken. It prices the
+	// prefill→decode KV transfer of a disaggregated pair (pd.go).
+	KVBytesPerToken float64
+	SLO             time.Duration // per-request TTFT objective (x-slo-ttft-ms); 0 none
 	// RefuseOnSLOMiss sheds this request (Decision.Shed, Reason ReasonSLO) when no
 	// worker is predicted within SLO, as Options.ShedOnSLOMiss does for every request.
 	RefuseOnSLOMiss bool
@@ -92,18 +101,26 @@ type Input struct {
 	// DryRun is set by explain requests: the policy must decide exactly as it would, but
 	// change no state (no round-robin advance, no LRU/tree insert) and count no metrics.
 	DryRun bool
+	// Scratch, when set, is the working memory the policy keeps its per-candidate
+	// slices in (Scratch's doc); the Decision's Predictions then live in it. nil: the
+	// pick allocates its own.
+	Scratch *Scratch
 
 	prepared *prepared // set by a Preparer's Prepare for the Pick that follows
 }
 
 // Prediction is a predicted TTFT and its terms, all in seconds of wall time.
-// TTFT = Queue + Prefill + Overhead + Adapter.
+// TTFT = Queue + Prefill + Overhead + Adapter (+ Transfer for a prefill/decode pair).
 type Prediction struct {
 	TTFT     time.Duration
 	Queue    time.Duration // waiting behind prefill work and decode interference already on the worker
 	Prefill  time.Duration // prefilling this request's uncached tokens (+ lower-tier transfer)
 	Overhead time.Duration // fixed per-request time
 	Adapter  time.Duration // loading the request's LoRA adapter there (and waiting for a slot); 0 when loaded or none
+	// Transfer is moving the prefilled KV from the prefill worker to the decode worker
+	// of a disaggregated pair (PairDecision), with the decode worker's wait for its first
+	// step; 0 for a local prefill.
+	Transfer time.Duration
 	// Features are the model's terms under the worker's prior coefficients, in seconds
 	// (see Features); the learner regresses the observed TTFT on them. Zero for
 	// policies that do not predict.

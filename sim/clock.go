@@ -76,12 +76,14 @@ type VirtualEngine struct {
 	onOut   func(Output)
 	onBatch func(Batch)
 	dpRank  int
+	last    time.Time // when Engine.Elapse was last told the time
+	wakeAt  time.Time // a pending wake-up for a remote KV read; zero when none
 }
 
 // NewVirtualEngine wraps eng. onOut gets every output at its step's end; onBatch (may be
 // nil) gets each step's KV events at the step's end, TS in virtual Unix seconds.
 func NewVirtualEngine(eng *Engine, clock *Clock, onOut func(Output), onBatch func(Batch)) *VirtualEngine {
-	return &VirtualEngine{Engine: eng, clock: clock, onOut: onOut, onBatch: onBatch}
+	return &VirtualEngine{Engine: eng, clock: clock, onOut: onOut, onBatch: onBatch, last: clock.Now()}
 }
 
 // Submit checks req now and adds it after the profile's RequestOverhead (at once when
@@ -107,9 +109,27 @@ func (v *VirtualEngine) add(req *Request) {
 }
 
 func (v *VirtualEngine) step() {
+	now := v.clock.Now()
+	v.Engine.Elapse(now.Sub(v.last)) // remote KV reads progress in virtual time
+	v.last = now
 	d, outs, ev, ok := v.Engine.Step()
 	if !ok {
 		v.busy = false
+		if wait, loading := v.Engine.NextLoad(); loading {
+			at := now.Add(wait)
+			if v.wakeAt.IsZero() || at.Before(v.wakeAt) {
+				v.wakeAt = at
+				v.clock.At(at, func() {
+					if v.wakeAt.Equal(at) {
+						v.wakeAt = time.Time{}
+					}
+					if !v.busy {
+						v.busy = true
+						v.step()
+					}
+				})
+			}
+		}
 		return
 	}
 	v.clock.After(d, func() {
@@ -121,4 +141,16 @@ func (v *VirtualEngine) step() {
 		}
 		v.step()
 	})
+}
+
+// Release frees the blocks a finished prefill request holds for its remote decode
+// engine (Engine.Release) and resumes stepping if the engine was idle (requests may
+// have waited for those blocks); it reports whether req held blocks.
+func (v *VirtualEngine) Release(req *Request) bool {
+	ok := v.Engine.Release(req)
+	if ok && !v.busy {
+		v.busy = true
+		v.step()
+	}
+	return ok
 }

@@ -215,6 +215,7 @@ func Derive(name string, g GPU, m Model, v VLLM) (Derivation, error) {
 		NumBlocks:           int(d.KVBytesForCache / (d.KVBytesPerToken * float64(v.BlockSize))),
 		MaxNumSeqs:          v.MaxNumSeqs,
 		MaxBatchTokens:      v.MaxNumBatchedTokens,
+		KVBytesPerToken:     d.KVBytesPerToken,
 	}
 	return d, d.Profile.validate()
 }

@@ -21,6 +21,14 @@ type Request struct {
 	MaxTokens int
 	CacheSalt string // vLLM cache_salt: separates prefix caches
 	LoRA      string // LoRA adapter name ("" for the base model): in every block's hash, one of Profile.MaxLoRAs slots
+	// RemoteDecode marks a prefill for a remote decode engine (NixlConnector
+	// do_remote_decode, pd.go): when it finishes, its blocks are held, not freed, until
+	// Release.
+	RemoteDecode bool
+	// RemoteBlocks > 0 marks a decode after a remote prefill (do_remote_prefill, pd.go):
+	// the KV of the prompt's first RemoteBlocks blocks (len(remote_block_ids)) is read
+	// from the prefill engine instead of computed.
+	RemoteBlocks int
 	// Tag is opaque to the engine; drivers use it to find their own state.
 	Tag any
 }
@@ -35,6 +43,12 @@ type Output struct {
 	Generated    int  // tokens generated so far
 	CachedTokens int  // prefix-cache hit at first scheduling, tokens (usage cached_tokens)
 	LoRALoaded   bool // the request's adapter was loaded for it (a slot miss), on its first output
+	// RemoteTokens are the prompt tokens whose KV was read from a remote prefill engine
+	// (included in CachedTokens), on every output.
+	RemoteTokens int
+	// HeldBlocks are the block ids a finished RemoteDecode request holds for the remote
+	// decode engine (NixlConnector remote_block_ids), on its Finished output.
+	HeldBlocks []int32
 }
 
 // Stats is the engine's own view of itself (what /metrics exports).
@@ -50,6 +64,11 @@ type Stats struct {
 	// vllm:lora_requests_info lists them, and the adapter loads so far.
 	RunningLoRAs, WaitingLoRAs []string
 	LoRALoads                  uint64
+	// P/D (pd.go): prompt tokens read from remote prefill engines, and finished prefill
+	// requests holding their blocks for a remote decode engine. Waiting includes the
+	// requests reading KV.
+	KVTransferTokens uint64
+	HeldRequests     int
 }
 
 type seq struct {
@@ -64,6 +83,12 @@ type seq struct {
 	cached    int  // prefix hit at first scheduling
 	admitted  bool // scheduled at least once
 	loaded    bool // its adapter was loaded for it
+	// remote prefill (pd.go): KV read up to token loadTo, loadLeft to go; remote tokens
+	// read; the read is over (remoteDone) and its blocks wait to be scheduled (loadDone).
+	loadTo               int
+	loadLeft             time.Duration
+	remote               int
+	remoteDone, loadDone bool
 }
 
 // Engine is the state machine of one vLLM engine core: requests wait, are scheduled
@@ -81,6 +106,10 @@ type Engine struct {
 	// 1/3: three times slower). 0 means 1.
 	speed float64
 	slots []string // LoRA adapters held in GPU slots, least recently used first (lora.go)
+	// P/D (pd.go): requests reading KV from a remote prefill engine, and finished prefill
+	// requests' blocks held for a remote decode engine.
+	loading []*seq
+	held    map[*Request][]int32
 }
 
 // SetSpeed makes every later step take the profile's step time ÷ f: a worker f times
@@ -163,16 +192,20 @@ func (e *Engine) Abort(r *Request) bool {
 			return true
 		}
 	}
-	return false
+	return e.abortRemote(r)
 }
 
 // Idle reports whether no request is waiting or running.
-func (e *Engine) Idle() bool { return len(e.running) == 0 && len(e.waiting) == 0 }
+// Requests reading remote KV count as waiting; held blocks do not keep it busy.
+func (e *Engine) Idle() bool {
+	return len(e.running) == 0 && len(e.waiting) == 0 && len(e.loading) == 0
+}
 
 // Stats returns the current statistics.
 func (e *Engine) Stats() Stats {
 	s := e.stats
-	s.Running, s.Waiting = len(e.running), len(e.waiting)
+	s.Running, s.Waiting = len(e.running), len(e.waiting)+len(e.loading)
+	s.HeldRequests = len(e.held)
 	s.KVUsage = e.pool.usage()
 	s.FreeBlocks = e.pool.free()
 	s.RunningLoRAs, s.WaitingLoRAs = adaptersOf(e.running), adaptersOf(e.waiting)
@@ -274,6 +307,29 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 			wi++
 			continue
 		}
+		if s.loadDone { // its remote KV arrived: blocks held, the last prompt token to compute
+			e.waiting = append(e.waiting[:wi], e.waiting[wi+1:]...)
+			s.loadDone = false
+			if e.useLoRA(s.req.LoRA) {
+				loads++
+				s.loaded = true
+			}
+			n := min(len(s.tokens)-s.computed, budget)
+			e.running = append(e.running, s)
+			sched = append(sched, scheduled{s, n})
+			budget -= n
+			continue
+		}
+		if s.req.RemoteBlocks > 0 && !s.remoteDone {
+			loading, blocked := e.startLoad(s)
+			if blocked {
+				break // queue: wait for blocks to be freed
+			}
+			if loading {
+				e.waiting = append(e.waiting[:wi], e.waiting[wi+1:]...)
+				continue
+			}
+		}
 		hit := e.prefixHit(s)
 		hitTokens := len(hit) * e.prof.BlockSize
 		n := min(len(s.tokens)-hitTokens, budget)
@@ -339,11 +395,16 @@ func (e *Engine) Step() (d time.Duration, outs []Output, events []Event, ok bool
 		s.generated++
 		tok := genToken(s.req.ID, s.generated)
 		s.tokens = append(s.tokens, tok)
-		o := Output{Req: s.req, Token: tok, Sampled: true, First: s.generated == 1, Generated: s.generated, CachedTokens: s.cached}
+		o := Output{Req: s.req, Token: tok, Sampled: true, First: s.generated == 1, Generated: s.generated, CachedTokens: s.cached,
+			RemoteTokens: s.remote}
 		o.LoRALoaded = o.First && s.loaded
 		if s.generated >= s.req.MaxTokens {
 			o.Finished = true
-			e.pool.release(s.blocks)
+			if s.req.RemoteDecode {
+				o.HeldBlocks = e.hold(s)
+			} else {
+				e.pool.release(s.blocks)
+			}
 			s.blocks = nil
 			finished = true
 		}
@@ -391,6 +452,7 @@ func (e *Engine) commit(s *seq) {
 func (e *Engine) preempt(s *seq) {
 	e.pool.release(s.blocks)
 	s.blocks, s.computed, s.committed = nil, 0, 0
+	s.loadDone = false // recomputed locally, as vLLM does (do_remote_prefill is cleared at the first read)
 	e.stats.Preemptions++
 	e.waiting = append([]*seq{s}, e.waiting...)
 }

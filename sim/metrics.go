@@ -14,6 +14,17 @@ type workerMetrics struct {
 	ttft, itl, e2e          prometheus.Observer
 	promptTokens, genTokens prometheus.Counter
 	success                 prometheus.Counter
+	// bySource counts prompt tokens by where their KV came from (vLLM
+	// vllm:prompt_tokens_by_source_total: local_compute, local_cache_hit,
+	// external_kv_transfer).
+	sources *prometheus.CounterVec
+}
+
+// bySource counts the prompt tokens of a request's first output by source.
+func (m *workerMetrics) bySource(promptLen int, o Output) {
+	m.sources.WithLabelValues("local_compute").Add(float64(promptLen - o.CachedTokens))
+	m.sources.WithLabelValues("local_cache_hit").Add(float64(o.CachedTokens - o.RemoteTokens))
+	m.sources.WithLabelValues("external_kv_transfer").Add(float64(o.RemoteTokens))
 }
 
 // latency buckets as vLLM uses them for time_to_first_token_seconds (seconds).
@@ -50,7 +61,14 @@ func newWorkerMetrics(reg *prometheus.Registry, model string, prof Profile, stat
 		reg.MustRegister(c)
 		return c
 	}
+	sources := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:prompt_tokens_by_source_total",
+		Help: "Number of prompt tokens by source.", ConstLabels: l}, []string{"source"})
+	reg.MustRegister(sources)
+	for _, src := range []string{"local_compute", "local_cache_hit", "external_kv_transfer"} {
+		sources.WithLabelValues(src)
+	}
 	return &workerMetrics{
+		sources:      sources,
 		ttft:         hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
 		itl:          hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets),
 		e2e:          hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", e2eBuckets),

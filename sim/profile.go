@@ -53,6 +53,13 @@ type Profile struct {
 	// LoRALoadTime is the time one adapter load adds to the step that loads it (the
 	// model runner loads missing adapters before executing the step).
 	LoRALoadTime time.Duration
+	// P/D (pd.go): KV bytes of one token on one GPU (2 × layers × KV heads ÷ TP × head
+	// dim × KV dtype bytes, Derive), and the link a decode engine reads a remote
+	// prefill's KV over: bytes per second (0: no bandwidth term) and a fixed latency per
+	// read. TransferTime combines them.
+	KVBytesPerToken          float64
+	KVTransferBytesPerSecond float64
+	KVTransferLatency        time.Duration
 }
 
 // Profiles holds the built-in profiles by name, each derived (Derive) from its Recipe:
@@ -157,6 +164,9 @@ func (p Profile) validate() error {
 	}
 	if p.MaxLoRAs < 0 || p.LoRALoadTime < 0 {
 		return fmt.Errorf("sim: profile %q: max_loras and lora_load_time must be ≥ 0", p.Name)
+	}
+	if p.KVBytesPerToken < 0 || p.KVTransferBytesPerSecond < 0 || p.KVTransferLatency < 0 {
+		return fmt.Errorf("sim: profile %q: KV bytes per token, KV transfer bytes per second and KV transfer latency must be ≥ 0", p.Name)
 	}
 	return nil
 }

@@ -107,20 +107,39 @@ func (r *Runner) publish(ev []Event) {
 	}
 }
 
+// Release frees the blocks a finished prefill request holds for its remote decode
+// engine (Engine.Release); it reports whether req held blocks.
+func (r *Runner) Release(req *Request) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.eng.Release(req)
+}
+
 // Run steps the engine until ctx is cancelled.
 func (r *Runner) Run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	last := time.Now()
 	for {
 		start := time.Now()
 		r.mu.Lock()
+		r.eng.Elapse(start.Sub(last)) // remote KV reads progress in real time
+		last = start
 		d, outs, ev, ok := r.eng.Step()
+		load, loading := r.eng.NextLoad()
 		r.mu.Unlock()
 		if !ok {
+			var until <-chan time.Time
+			if loading { // wake when the next remote read ends, or earlier for a new request
+				timer.Reset(max(load, time.Millisecond))
+				until = timer.C
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-r.wake:
+				timer.Stop() // Go ≥ 1.23: no stale tick is left in timer.C
+			case <-until:
 			}
 			continue
 		}

@@ -48,6 +48,23 @@ type WorkerOptions struct {
 	// AnthropicPing adds a ping event after content_block_start in /v1/messages streams,
 	// where Anthropic's API sends one; vLLM sends none (the default).
 	AnthropicPing bool
+	// KVRole enables vLLM NixlConnector P/D (pd_server.go): KVRoleProducer (a prefill
+	// worker: do_remote_decode), KVRoleConsumer (a decode worker: do_remote_prefill) or
+	// KVRoleBoth; "" none: kv_transfer_params are ignored, as vLLM without
+	// --kv-transfer-config.
+	KVRole string
+	// EngineID is the remote_engine_id a prefill response names (vLLM
+	// kv_transfer_config engine_id); "" derives one from the seed.
+	EngineID string
+	// SideChannel is the host:port a prefill response names as remote_host and
+	// remote_port, where the worker answers PathKVRead: its own HTTP address. ""
+	// names vLLM's defaults (localhost:5600), which no decode worker can read from.
+	SideChannel string
+	// KVHoldTimeout frees a finished prefill's blocks that no decode worker read
+	// (vLLM VLLM_NIXL_ABORT_REQUEST_TIMEOUT); 0 means DefaultKVHoldTimeout.
+	KVHoldTimeout time.Duration
+	// HTTPClient reads remote KV (PathKVRead); nil: a client with a 10 s timeout.
+	HTTPClient *http.Client
 }
 
 // Worker is one simulated vLLM server: an engine in real time behind the OpenAI HTTP API.
@@ -57,6 +74,7 @@ type Worker struct {
 	m      *workerMetrics
 	mux    *http.ServeMux
 	ids    atomic.Uint64
+	pd     *pdState
 	// Registry is the worker's private Prometheus registry (GET /metrics).
 	Registry *prometheus.Registry
 }
@@ -95,6 +113,9 @@ func NewWorker(opt WorkerOptions) (*Worker, error) {
 		}
 		w.Registry.MustRegister(&loraInfo{max: opt.Profile.MaxLoRAs, stats: w.Runner.Stats, now: opt.Now})
 	}
+	if err := w.initPD(); err != nil {
+		return nil, err
+	}
 	w.mux.HandleFunc("POST /v1/chat/completions", w.handleGenerate(true))
 	w.mux.HandleFunc("POST /v1/completions", w.handleGenerate(false))
 	w.mux.HandleFunc("POST /v1/messages", w.handleMessages)
@@ -126,8 +147,9 @@ type genBody struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	CacheSalt           string `json:"cache_salt"`
-	AddGenerationPrompt *bool  `json:"add_generation_prompt"`
+	CacheSalt           string          `json:"cache_salt"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
 }
 
 type chatMsg struct {
@@ -237,7 +259,8 @@ type job struct {
 	cacheSalt    string
 	adapter      string // the LoRA adapter named as model, or ""
 	stream       bool
-	includeUsage bool // OpenAI streams: stream_options.include_usage
+	includeUsage bool            // OpenAI streams: stream_options.include_usage
+	kvParams     json.RawMessage // kv_transfer_params (P/D, pd_server.go); nil on /v1/messages
 }
 
 // modelFor resolves a request's "model": the served model ("" is accepted), or one of
@@ -293,7 +316,7 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 			maxTok = *body.MaxTokens
 		}
 		j := job{api: "completions", prompt: prompt, maxTokens: maxTok, cacheSalt: body.CacheSalt, adapter: adapter, stream: body.Stream,
-			includeUsage: body.StreamOptions != nil && body.StreamOptions.IncludeUsage}
+			includeUsage: body.StreamOptions != nil && body.StreamOptions.IncludeUsage, kvParams: body.KVTransferParams}
 		if chat {
 			j.api = "chat"
 		}
@@ -321,6 +344,10 @@ func (w *Worker) generate(rw http.ResponseWriter, r *http.Request, arrival time.
 	}
 	rid := prefix + strconv.FormatUint(id, 10) + "-" + strconv.FormatUint(rand.Uint64()>>32, 16)
 	req := &Request{ID: rid, Prompt: j.prompt, MaxTokens: j.maxTokens, CacheSalt: j.cacheSalt, LoRA: j.adapter}
+	if err := w.applyKVParams(r.Context(), j.kvParams, req); err != nil {
+		fail(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
 	ch, err := w.Runner.Submit(req)
 	if err != nil {
 		fail(rw, http.StatusBadRequest, "BadRequestError", err.Error())
@@ -332,7 +359,7 @@ func (w *Worker) generate(rw http.ResponseWriter, r *http.Request, arrival time.
 		model = j.adapter
 	}
 	s := &stream{w: w, rw: rw, chat: j.api != "completions", id: rid, model: model, created: arrival.Unix(), arrival: arrival,
-		includeUsage: j.includeUsage}
+		includeUsage: j.includeUsage, promptLen: len(j.prompt)}
 	switch {
 	case j.api == "messages" && j.stream:
 		s.messagesSSE(r, req, ch, len(j.prompt))
@@ -353,6 +380,7 @@ type stream struct {
 	created      int64
 	arrival      time.Time
 	includeUsage bool
+	promptLen    int
 }
 
 func (s *stream) object() string {
@@ -392,6 +420,7 @@ func (s *stream) observe(o Output, last *time.Time) {
 	now := s.w.opt.Now()
 	if o.First {
 		s.w.m.ttft.Observe(now.Sub(s.arrival).Seconds())
+		s.w.m.bySource(s.promptLen, o)
 	} else {
 		s.w.m.itl.Observe(now.Sub(*last).Seconds())
 	}
@@ -444,6 +473,9 @@ func (s *stream) sse(r *http.Request, req *Request, ch <-chan Output, promptLen 
 		}
 		break
 	}
+	if fin.HeldBlocks != nil { // streamed: held for a decode worker, no kv_transfer_params sent
+		s.w.holdKV(s.id, req, fin.HeldBlocks)
+	}
 	if s.includeUsage {
 		m := base([]map[string]any{})
 		m["usage"] = s.w.usage(promptLen, fin.Generated, fin.CachedTokens)
@@ -491,9 +523,13 @@ func (s *stream) whole(r *http.Request, req *Request, ch <-chan Output, promptLe
 	} else {
 		choice["text"] = string(text)
 	}
+	resp := map[string]any{"id": s.id, "object": obj, "created": s.created, "model": s.model,
+		"choices": []any{choice}, "usage": s.w.usage(promptLen, fin.Generated, fin.CachedTokens)}
+	if fin.HeldBlocks != nil {
+		resp["kv_transfer_params"] = s.w.holdKV(s.id, req, fin.HeldBlocks)
+	}
 	s.rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(s.rw).Encode(map[string]any{"id": s.id, "object": obj, "created": s.created, "model": s.model,
-		"choices": []any{choice}, "usage": s.w.usage(promptLen, fin.Generated, fin.CachedTokens)})
+	_ = json.NewEncoder(s.rw).Encode(resp)
 }
 
 func (w *Worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -8,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvroute/kvroute/internal/jsonvalue"
+	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 )
 
@@ -465,5 +469,58 @@ func TestProofOnlyForInputsThatComeBack(t *testing.T) {
 	}
 	if st := m.RenderCacheStats(); st.Hits == 0 {
 		t.Fatalf("no hit once the tools were proven: %+v", st)
+	}
+}
+
+// The render cache's counters reach the client_golang metrics (observeCache, after
+// each local tokenization): a conversation tokenized turn by turn through the Service
+// shows the hits, misses and bytes RenderCacheStats reports, and no disagreement; the
+// segment cache's hits and misses are its CacheStats'.
+func TestRenderCacheMetrics(t *testing.T) {
+	m := loadFamily(t, "qwen3")
+	if m.render == nil {
+		t.Skip("qwen3: no render cache")
+	}
+	ms := metrics.NewUnregistered().Tokenize
+	s, err := NewService(ServiceOptions{Models: []ModelConfig{{Name: "qwen3", Model: m, Paths: []Path{PathLocal}}}, Metrics: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for turn := range 6 {
+		role := "user"
+		if turn%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":"turn %d: %s"}`, role, turn, strings.Repeat("words ", 40)))
+		if role != "user" {
+			continue
+		}
+		req, err := request.Parse(request.APIChat, []byte(`{"model":"qwen3","messages":[`+strings.Join(msgs, ",")+`]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.Tokenize(context.Background(), req); err != nil || res.Path != PathLocal {
+			t.Fatalf("turn %d: %+v, %v", turn, res, err)
+		}
+		m.render.proofWG.Wait() // the template's proof, made in the background
+	}
+	st := m.RenderCacheStats()
+	if st.Hits == 0 || st.Misses == 0 || st.Bytes == 0 {
+		t.Fatalf("render cache %+v: want hits, misses and bytes", st)
+	}
+	for what, pair := range map[string][2]float64{
+		"hits":          {testutil.ToFloat64(ms.RenderHits.WithLabelValues("qwen3")), float64(st.Hits)},
+		"misses":        {testutil.ToFloat64(ms.RenderMisses.WithLabelValues("qwen3")), float64(st.Misses)},
+		"bytes":         {testutil.ToFloat64(ms.RenderBytes.WithLabelValues("qwen3")), float64(st.Bytes)},
+		"disagreements": {testutil.ToFloat64(ms.RenderDisagreements.WithLabelValues("qwen3")), 0},
+		"off":           {testutil.ToFloat64(ms.RenderOff.WithLabelValues("qwen3")), 0},
+		// the segment cache's, moved by the same loop
+		"segment hits":   {testutil.ToFloat64(ms.CacheHits.WithLabelValues("qwen3")), float64(m.CacheStats().Hits)},
+		"segment misses": {testutil.ToFloat64(ms.CacheMisses.WithLabelValues("qwen3")), float64(m.CacheStats().Misses)},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("render cache %s: metric %v, stats %v", what, pair[0], pair[1])
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/request"
 )
@@ -117,10 +119,11 @@ type modelState struct {
 	loadErr error
 	paths   []Path
 
-	mu      sync.Mutex // guards health and lastMod
+	mu      sync.Mutex // guards health, lastMod and lastRen
 	health  map[Path]*PathHealth
 	lastMod CacheStats
-	shadow  shadowState // guarded by Service.smu
+	lastRen RenderCacheStats // guarded by mu: the render cache's counters last moved into the metrics
+	shadow  shadowState      // guarded by Service.smu
 }
 
 // PathHealth is one path's record for one model, as shown by /debug/tokenize.
@@ -410,25 +413,32 @@ func (s *Service) observeCache(st *modelState) {
 	if st.model == nil {
 		return
 	}
-	cs := st.model.CacheStats()
+	cs, rs := st.model.CacheStats(), st.model.RenderCacheStats()
 	st.mu.Lock()
-	prev := st.lastMod
-	st.lastMod = cs
+	prev, prevR := st.lastMod, st.lastRen
+	st.lastMod, st.lastRen = cs, rs
 	st.mu.Unlock()
 	name := st.cfg.Name
-	if d := cs.Hits - prev.Hits; d > 0 {
-		s.m.CacheHits.WithLabelValues(name).Add(float64(d))
-	}
-	if d := cs.Misses - prev.Misses; d > 0 {
-		s.m.CacheMisses.WithLabelValues(name).Add(float64(d))
-	}
-	if d := cs.HitTextBytes - prev.HitTextBytes; d > 0 {
-		s.m.CacheHitBytes.WithLabelValues(name).Add(float64(d))
-	}
-	if d := cs.Evictions - prev.Evictions; d > 0 {
-		s.m.CacheEvictions.WithLabelValues(name).Add(float64(d))
+	for _, c := range []struct {
+		v         *prometheus.CounterVec
+		now, last int64
+	}{
+		{s.m.CacheHits, cs.Hits, prev.Hits}, {s.m.CacheMisses, cs.Misses, prev.Misses},
+		{s.m.CacheHitBytes, cs.HitTextBytes, prev.HitTextBytes}, {s.m.CacheEvictions, cs.Evictions, prev.Evictions},
+		{s.m.RenderHits, rs.Hits, prevR.Hits}, {s.m.RenderMisses, rs.Misses, prevR.Misses},
+		{s.m.RenderEvictions, rs.Evictions, prevR.Evictions}, {s.m.RenderDisagreements, rs.Disagreements, prevR.Disagreements},
+	} {
+		if d := c.now - c.last; d > 0 {
+			c.v.WithLabelValues(name).Add(float64(d))
+		}
 	}
 	s.m.CacheBytes.WithLabelValues(name).Set(float64(cs.Bytes))
+	s.m.RenderBytes.WithLabelValues(name).Set(float64(rs.Bytes))
+	off := 0.0
+	if rs.Off {
+		off = 1
+	}
+	s.m.RenderOff.WithLabelValues(name).Set(off)
 }
 
 // local tokenizes in process. why is "" on success, else a failure reason.

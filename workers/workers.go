@@ -4,6 +4,7 @@
 package workers
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,46 @@ type Worker struct {
 	Models   []string // served model names (and LoRA adapters) this worker accepts; empty = any
 	KVEvents KVEvents
 	Profile  Profile
+	// Role is the worker's part in prefill/decode disaggregation (RolePrefill,
+	// RoleDecode, RoleBoth); "" an aggregated worker, never in a pair.
+	Role Role
 }
+
+// Role is a worker's part in prefill/decode disaggregation (P/D), after vLLM's
+// --kv-transfer-config kv_role (vllm/config/kv_transfer.py): kv_producer prefills and
+// hands its KV cache on, kv_consumer receives it and decodes, kv_both does either. The
+// zero value is a worker without a KV connector: it serves each request alone.
+type Role string
+
+// The roles.
+const (
+	RoleAggregated Role = ""        // no KV connector: prefills and decodes its own requests only
+	RolePrefill    Role = "prefill" // prefill only: the first leg of a disaggregated request
+	RoleDecode     Role = "decode"  // decodes, from a prefill worker's KV or prefilling itself
+	RoleBoth       Role = "both"    // either leg of a pair, or a request alone
+)
+
+// ParseRole returns the role named s ("" → RoleAggregated) or an error naming the
+// choices.
+func ParseRole(s string) (Role, error) {
+	switch Role(s) {
+	case RoleAggregated, RolePrefill, RoleDecode, RoleBoth:
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("role %q is not one of prefill, decode, both (or empty: aggregated)", s)
+}
+
+// Prefills reports whether a worker of role r may prefill for another worker (prefill
+// or both).
+func (r Role) Prefills() bool { return r == RolePrefill || r == RoleBoth }
+
+// ReceivesKV reports whether a worker of role r may decode from another worker's
+// prefill (decode or both).
+func (r Role) ReceivesKV() bool { return r == RoleDecode || r == RoleBoth }
+
+// Decodes reports whether a worker of role r may answer a request (every role but
+// prefill).
+func (r Role) Decodes() bool { return r != RolePrefill }
 
 // Serves reports whether w serves model. A worker with no Models serves any model
 // (a configuration that lists workers but no models).
@@ -152,7 +192,7 @@ func (r *Registry) Set(ws []*Worker) {
 }
 
 func sameWorker(a, b *Worker) bool {
-	if a.Address != b.Address || a.KVEvents != b.KVEvents || a.Profile != b.Profile || len(a.Models) != len(b.Models) {
+	if a.Address != b.Address || a.Role != b.Role || a.KVEvents != b.KVEvents || a.Profile != b.Profile || len(a.Models) != len(b.Models) {
 		return false
 	}
 	for i := range a.Models {

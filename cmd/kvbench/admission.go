@@ -12,7 +12,7 @@ import (
 // scoring policy and, for admission runs, the class every request belongs to.
 type virtualRun struct {
 	label, policy string
-	cls           *config.Class
+	cls, high     *config.Class
 }
 
 // virtualRuns lists the runs of a virtual comparison: each policy in names as it is,
@@ -21,7 +21,11 @@ type virtualRun struct {
 // baseline ("llmd_flow_control": llmd_prefix_affinity behind kvroute's queue, which
 // holds a request while the worker it would get is saturated, for at most slo — its
 // TTL — then refuses it; no prediction is involved).
-func virtualRuns(names []string, mode string, flowControl bool, slo time.Duration) ([]virtualRun, error) {
+//
+// With highShare > 0 (mode refuse) that share of the kvroute+refuse run's requests is
+// in a class "high" of priority 10 asking attainment highAttainment, and a run
+// "kvroute+refuse,flat" gives the same split no priority (both 0).
+func virtualRuns(names []string, mode string, flowControl bool, slo time.Duration, highShare, highAttainment float64) ([]virtualRun, error) {
 	var runs []virtualRun
 	for _, p := range names {
 		runs = append(runs, virtualRun{label: p, policy: p})
@@ -29,8 +33,16 @@ func virtualRuns(names []string, mode string, flowControl bool, slo time.Duratio
 	switch mode {
 	case "":
 	case config.SLOMissRefuse:
-		runs = append(runs, virtualRun{label: "kvroute+refuse", policy: scoring.PolicyKVRoute,
-			cls: &config.Class{Name: "slo", TTFTObjective: slo, OnSLOMiss: config.SLOMissRefuse}})
+		low := &config.Class{Name: "slo", TTFTObjective: slo, OnSLOMiss: config.SLOMissRefuse}
+		run := virtualRun{label: "kvroute+refuse", policy: scoring.PolicyKVRoute, cls: low}
+		if highShare > 0 {
+			high := &config.Class{Name: "high", Priority: 10, TTFTObjective: slo, OnSLOMiss: config.SLOMissRefuse, SLOAttainment: highAttainment}
+			flat := *high
+			flat.Priority = 0
+			run.high = high
+			runs = append(runs, virtualRun{label: "kvroute+refuse,flat", policy: scoring.PolicyKVRoute, cls: low, high: &flat})
+		}
+		runs = append(runs, run)
 	default:
 		return nil, fmt.Errorf("--admission %q: want refuse", mode)
 	}

@@ -17,11 +17,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,7 +47,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("kvbench", flag.ContinueOnError)
-	workload := fs.String("workload", "shared-prefix", "shared-prefix, multi-turn, lora or trace")
+	workload := fs.String("workload", "shared-prefix", "shared-prefix, multi-turn, lora, pd (prefill/decode disaggregation) or trace")
 	seed := fs.Uint64("seed", 1, "seed of the workload, arrivals and policies")
 	requests := fs.Int("requests", 300, "shared-prefix: requests")
 	prefixes := fs.Int("prefixes", 8, "shared-prefix: K prefixes")
@@ -81,11 +83,15 @@ func run(args []string) error {
 	lag := fs.Duration("event-lag", 5*time.Millisecond, "virtual: KV event delay from engine to index")
 	slo := fs.Duration("slo", 8*time.Second, "TTFT objective for goodput (and for --admission, --flow-control)")
 	admMode := fs.String("admission", "", "virtual: also run kvroute behind SLO admission with objective --slo, as `kvroute serve` decides it (admission.Policy): refuse (answer 429 at arrival when no worker is predicted to start the request within --slo)")
+	highShare := fs.Float64("priority-share", 0, "virtual, --admission refuse: this share of requests is in a class \"high\" of priority 10 (objective --slo, attainment --priority-attainment); adds a run with the same split and no priority")
+	highAtt := fs.Float64("priority-attainment", 0.95, "virtual, --priority-share: the high class's slo_attainment")
+	flashFlag := fs.String("flash-crowd", "", "virtual: START:DURATION:FACTOR, e.g. 60s:60s:10: arrivals FACTOR times as fast for DURATION from START (the workload's timeline compressed), then at their own rate; reports SLO attainment per 10 s window and the recovery time after the burst")
 	flowControl := fs.Bool("flow-control", false, "virtual: also run an llm-d-style flow-control baseline: llmd_prefix_affinity behind kvroute's queue, a request waits while the worker it would get is saturated, TTL --slo")
 	out := fs.String("out", "bench-out", "directory for report.json and SVG plots")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (terminal only), always, never")
 	keep := fs.Bool("keep-results", false, "include per-request results in report.json")
 	lf := addLoadFlags(fs)
+	pf := addPDFlags(fs)
 	speedsFlag := fs.String("worker-speeds", "", "virtual: true speed factor per worker, e.g. 1,1,2,3 (step time ÷ factor; missing = 1)")
 	var slowFlags multi
 	fs.Var(&slowFlags, "slow", "virtual: W:AT:F makes worker W (0-based) F times slower from AT, e.g. 0:2m:3 (repeatable)")
@@ -126,6 +132,18 @@ func run(args []string) error {
 	}
 	if *workload == "lora" {
 		prof.MaxLoRAs, prof.LoRALoadTime = *maxLoras, *loraLoad
+	}
+	roles, err := pf.roles(*workload, *nworkers, &prof)
+	if err != nil {
+		return err
+	}
+	var flash *bench.FlashCrowd
+	if *flashFlag != "" {
+		f, err := bench.ParseFlashCrowd(*flashFlag)
+		if err != nil {
+			return err
+		}
+		flash = &f
 	}
 	speeds, err := bench.ParseSpeeds(*speedsFlag)
 	if err != nil {
@@ -181,6 +199,8 @@ func run(args []string) error {
 		case "lora":
 			return bench.LoRA(bench.LoRAOptions{Adapters: *adapters, Skew: *adapterSkew, SystemTokens: *sysTok, UserTokens: *userTok,
 				OutputTokens: *outputTok, Requests: *requests, Seed: seed}), nil
+		case "pd":
+			return pf.workload(*requests, seed)
 		case "trace":
 			return traceW, nil
 		}
@@ -252,10 +272,13 @@ func run(args []string) error {
 		if *workload == "lora" {
 			names = bench.LoRAPolicies
 		}
+		if *workload == "pd" {
+			names = bench.PDPolicies
+		}
 		if *policies != "all" {
 			names = strings.Split(*policies, ",")
 		}
-		runs, err := virtualRuns(names, *admMode, *flowControl, *slo)
+		runs, err := virtualRuns(names, *admMode, *flowControl, *slo, *highShare, *highAtt)
 		if err != nil {
 			return err
 		}
@@ -276,6 +299,9 @@ func run(args []string) error {
 			}
 			for _, a := range sarrs {
 				wl := a.Apply(sw)
+				if flash != nil {
+					wl = flash.Apply(wl)
+				}
 				bound := bench.HitBound(wl, prof.BlockSize)
 				pooled := bench.HitBoundLRU(wl, prof.BlockSize, *nworkers*prof.NumBlocks)
 				var g []bench.Summary
@@ -285,7 +311,7 @@ func run(args []string) error {
 					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
 						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog,
 						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval,
-						ExchangeSync: *exSync, PeerState: *peerState, Admission: run.cls})
+						ExchangeSync: *exSync, PeerState: *peerState, Admission: run.cls, High: run.high, HighShare: *highShare, Roles: roles})
 					if err != nil {
 						return err
 					}
@@ -297,6 +323,14 @@ func run(args []string) error {
 					fmt.Printf("%s %s seed %d: prefill tokens beyond one infinite cache (duplicate cold prefills and evictions): %d\n",
 						label, a, sd, bench.ExtraPrefillTokens(rs, bound))
 					s.HitPooled = pooled
+					if flash != nil {
+						s.Flash = bench.Flash(rs, *slo, *flash, 10*time.Second)
+						fmt.Printf("%s %s seed %d: flash crowd %s: SLO attainment before %.3f, recovered %.0f s after the burst\n", label, a, sd, flash, s.Flash.Before, s.Flash.RecoveryS)
+					}
+					for _, c := range slices.Sorted(maps.Keys(s.Classes)) {
+						cm := s.Classes[c]
+						fmt.Printf("%s %s seed %d: class %s: %d requests, %d refused, SLO met %.3f\n", label, a, sd, c, cm.Requests, cm.Refused, cm.SLOMet)
+					}
 					if *nseeds > 1 {
 						s.Seed = sd
 					}

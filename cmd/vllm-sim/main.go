@@ -58,6 +58,11 @@ func run(args []string) error {
 	loraModules := fs.String("lora-modules", "", "comma-separated LoRA adapters served on top of the model, NAME or NAME=PATH as vLLM's --lora-modules (the path is ignored); needs --max-loras")
 	maxLoras := fs.Int("max-loras", 0, "vLLM --max-loras: adapters held in GPU slots, distinct adapters per engine step")
 	loraLoad := fs.Duration("lora-load-time", 200*time.Millisecond, "time one adapter load adds to the engine step that loads it")
+	kvRole := fs.String("kv-role", "", `P/D through vLLM's NixlConnector (kv_transfer_config kv_role): "kv_producer" (prefill worker: do_remote_decode requests hold their KV and answer kv_transfer_params), "kv_consumer" (decode worker: do_remote_prefill requests read it instead of prefilling) or "kv_both"; "" ignores kv_transfer_params`)
+	kvBytes := fs.Float64("kv-bytes-per-token", 0, "KV bytes of one token per GPU, for the transfer time (0: the profile's, from its model)")
+	kvBandwidth := fs.Float64("kv-transfer-bytes-per-second", 25e9, "bandwidth a decode worker reads a prefill worker's KV at (25e9: one 200 Gb/s RDMA NIC; 0: no bandwidth term)")
+	kvLatency := fs.Duration("kv-transfer-latency", 0, "fixed time added to each KV read of a decode worker")
+	kvHold := fs.Duration("kv-hold-timeout", sim.DefaultKVHoldTimeout, "a prefill worker frees KV no decode worker read after this (vLLM VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
 	disagree := fs.Bool("tokenize-disagree", false, "POST /tokenize answers wrong ids on purpose (the last id changed), to test a router's shadow check; generation is unaffected")
 	ping := fs.Bool("anthropic-ping", false, "/v1/messages streams carry a ping event after content_block_start, as Anthropic's API sends (vLLM sends none)")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +82,10 @@ func run(args []string) error {
 		prof.MaxBatchTokens = *maxBatch
 	}
 	prof.MaxLoRAs, prof.LoRALoadTime = *maxLoras, *loraLoad
+	if *kvBytes > 0 {
+		prof.KVBytesPerToken = *kvBytes
+	}
+	prof.KVTransferBytesPerSecond, prof.KVTransferLatency = *kvBandwidth, *kvLatency
 	adapters, err := parseLoRAModules(*loraModules)
 	if err != nil {
 		return err
@@ -112,7 +121,7 @@ func run(args []string) error {
 	}()
 	for i := 0; i < *n; i++ {
 		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens,
-			TokenizeDisagree: *disagree, LoRAModules: adapters, AnthropicPing: *ping}
+			TokenizeDisagree: *disagree, LoRAModules: adapters, KVRole: *kvRole, KVHoldTimeout: *kvHold, AnthropicPing: *ping}
 		if *seed != 0 {
 			opt.Seed = *seed + uint64(i)
 		}
@@ -145,12 +154,13 @@ func run(args []string) error {
 				}
 			}
 		}
-		w, err := sim.NewWorker(opt)
+		addr := net.JoinHostPort(*host, fmt.Sprint(*port+i))
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return err
 		}
-		addr := net.JoinHostPort(*host, fmt.Sprint(*port+i))
-		ln, err := net.Listen("tcp", addr)
+		opt.SideChannel = ln.Addr().String() // remote_host:remote_port of its prefill responses
+		w, err := sim.NewWorker(opt)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,238 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/classify"
+	"github.com/kvroute/kvroute/internal/jsonvalue"
+	"github.com/kvroute/kvroute/request"
+)
+
+// The proxy's two-step prefill/decode exchange (docs/pd-delivery.md): for a ticket with a
+// remote prefill (router.Ticket.RemotePrefill) the proxy is the P/D proxy vLLM's
+// disaggregated serving examples and llm-d's routing sidecar are. The prefill leg is
+// the request with kv_transfer_params {"do_remote_decode": true, "do_remote_prefill":
+// false, "remote_engine_id": null, "remote_block_ids": null, "remote_host": null,
+// "remote_port": null}, "stream": false, "max_tokens": 1 ("max_completion_tokens": 1 when
+// the client set it) and no "stream_options" (vLLM
+// tests/v1/kv_connector/nixl_integration/toy_proxy_server.py,
+// send_request_to_service; llm-d-inference-scheduler pkg/sidecar/proxy
+// connector_nixlv2.go), sent to PrefillAddress on the request's path; the decode leg is
+// the client's request with the kv_transfer_params the prefill answered, sent to
+// Address and streamed back as any proxied request. Both legs carry one X-Request-Id.
+
+// maxPrefillResponseBytes bounds the prefill leg's response body (bytes): one token of
+// text and the block ids (a 128k-token prompt in 16-token blocks is 8,192 ids).
+const maxPrefillResponseBytes = 4 << 20
+
+// Prefill-leg failure results (kvroute_proxy_pd_prefill_legs_total{result}).
+const (
+	pdConnect        = "connect_error"
+	pdTimeout        = "timeout"
+	pdStatus         = "status"
+	pdNoKVParams     = "no_kv_transfer_params"
+	pdBadResponse    = "bad_response"
+	pdUnsupportedAPI = "unsupported_api"
+)
+
+// prefillError is a failed prefill leg; Result is its kvroute_proxy_pd_prefill_legs_total
+// label.
+type prefillError struct {
+	Result string
+	Err    error
+}
+
+func (e *prefillError) Error() string { return "remote prefill: " + e.Result + ": " + e.Err.Error() }
+func (e *prefillError) Unwrap() error { return e.Err }
+
+// remotePrefill runs f's prefill leg and returns the decode leg's body, or a
+// *prefillError (the caller then sends body unchanged: local prefill) or the client's
+// context error (the client went away: both legs are over). It reports the leg's end to
+// the ticket (PrefillDone) unless the client went away, which the caller's abort
+// settles.
+func (h *handler) remotePrefill(ctx context.Context, r *http.Request, f *flight, body []byte) ([]byte, error) {
+	dbody, err := h.prefillLeg(ctx, r, f, body)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	result := "ok"
+	var pe *prefillError
+	if errors.As(err, &pe) {
+		result = pe.Result
+		if pe.Result == pdConnect && !h.opt.NoPassiveHealth {
+			h.opt.Router.Registry().SetHealthy(f.Ticket.PrefillWorker, false)
+		}
+		h.log.Warn("proxy: remote prefill failed, prefilling on the decode worker", "prefill_worker", f.Ticket.PrefillWorker,
+			"prefill_address", f.Ticket.PrefillAddress, "decode_worker", f.Ticket.Worker, "result", pe.Result, "err", pe.Err)
+	}
+	h.m.ProxyPrefillLegs.WithLabelValues(result).Inc()
+	f.Ticket.PrefillDone(err)
+	f.Route.Event("prefill_done", time.Time{})
+	if err != nil {
+		return body, err
+	}
+	return dbody, nil
+}
+
+// prefillLeg sends the prefill request and builds the decode body from its answer.
+func (h *handler) prefillLeg(ctx context.Context, r *http.Request, f *flight, body []byte) ([]byte, error) {
+	if f.req.API != request.APIChat && f.req.API != request.APICompletions {
+		return nil, &prefillError{pdUnsupportedAPI, fmt.Errorf("%s has no kv_transfer_params", r.URL.Path)}
+	}
+	root, err := jsonvalue.ParseValueLimit(body, h.opt.Router.MaxPromptIDs())
+	if err != nil || root.Kind() != jsonvalue.Object {
+		return nil, &prefillError{pdUnsupportedAPI, fmt.Errorf("request body: %v", err)} // parsed before: not reached
+	}
+	null := jsonvalue.Value{}
+	kv := jsonvalue.ObjectValue(
+		jsonvalue.Member{Key: "do_remote_decode", Value: jsonvalue.BoolValue(true)},
+		jsonvalue.Member{Key: "do_remote_prefill", Value: jsonvalue.BoolValue(false)},
+		jsonvalue.Member{Key: "remote_engine_id", Value: null},
+		jsonvalue.Member{Key: "remote_block_ids", Value: null},
+		jsonvalue.Member{Key: "remote_host", Value: null},
+		jsonvalue.Member{Key: "remote_port", Value: null})
+	one := jsonvalue.NumberValue("1")
+	set := []jsonvalue.Member{{Key: "kv_transfer_params", Value: kv}, {Key: "stream", Value: jsonvalue.BoolValue(false)},
+		{Key: "max_tokens", Value: one}}
+	if _, ok := root.Get("max_completion_tokens"); ok {
+		set = append(set, jsonvalue.Member{Key: "max_completion_tokens", Value: one})
+	}
+	pbody := withMembers(root, set, "stream_options").AppendJSON(nil)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var timedOut atomic.Bool
+	watchdog := time.AfterFunc(h.opt.Proxy.UpstreamHeaderTimeout, func() { timedOut.Store(true); cancel() })
+	defer watchdog.Stop()
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.Ticket.PrefillAddress+r.URL.RequestURI(), bytes.NewReader(pbody))
+	if err != nil {
+		return nil, &prefillError{pdConnect, err}
+	}
+	h.legHeaders(out.Header, r.Header, f)
+	out.Header.Set("Content-Type", "application/json")
+	resp, err := h.opt.Transport.RoundTrip(out)
+	if err != nil {
+		if timedOut.Load() {
+			return nil, &prefillError{pdTimeout, fmt.Errorf("no response within %s (proxy.upstream_header_timeout)", h.opt.Proxy.UpstreamHeaderTimeout)}
+		}
+		return nil, &prefillError{pdConnect, err}
+	}
+	defer resp.Body.Close()
+	watchdog.Reset(h.opt.Proxy.UpstreamIdleTimeout)
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillResponseBytes+1))
+	switch {
+	case timedOut.Load():
+		return nil, &prefillError{pdTimeout, fmt.Errorf("response body not read within %s (proxy.upstream_idle_timeout)", h.opt.Proxy.UpstreamIdleTimeout)}
+	case err != nil:
+		return nil, &prefillError{pdBadResponse, err}
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return nil, &prefillError{pdStatus, fmt.Errorf("status %d", resp.StatusCode)}
+	case len(raw) > maxPrefillResponseBytes:
+		return nil, &prefillError{pdBadResponse, fmt.Errorf("response over %d bytes", maxPrefillResponseBytes)}
+	}
+	presp, err := jsonvalue.ParseValueLimit(raw, h.opt.Router.MaxPromptIDs())
+	if err != nil {
+		return nil, &prefillError{pdBadResponse, err}
+	}
+	params := presp.Field("kv_transfer_params")
+	if params.Kind() != jsonvalue.Object {
+		return nil, &prefillError{pdNoKVParams, fmt.Errorf("the response has %s kv_transfer_params (is the worker a kv_producer?)", params.Kind())}
+	}
+	// raw backs params' strings: the decode body is written out now, while it lives.
+	return withMembers(root, []jsonvalue.Member{{Key: "kv_transfer_params", Value: params}}).AppendJSON(nil), nil
+}
+
+// legHeaders copies the client's end-to-end headers onto the prefill leg, less what
+// kvroute strips from every upstream request (the tenant header, the classify tag),
+// with kvroute's classify tags, the request id both legs share and the trace context.
+func (h *handler) legHeaders(dst, src http.Header, f *flight) {
+	for k, vs := range src {
+		switch http.CanonicalHeaderKey(k) {
+		case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+			"Content-Length", "Host", "Accept-Encoding":
+			continue
+		}
+		dst[k] = append([]string(nil), vs...)
+	}
+	if th := h.opt.Admission.TenantHeader(); th != "" {
+		dst.Del(th)
+	}
+	if h.opt.Classify != nil {
+		dst.Del(classify.TagHeader)
+		for _, kv := range f.tags {
+			dst.Set(kv[0], kv[1])
+		}
+	}
+	dst.Set("X-Request-Id", f.requestID)
+	f.Route.Inject(dst.Set)
+}
+
+// pdRequestID is the X-Request-Id both legs carry: the client's, or a new one.
+func pdRequestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		return id
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "kvroute-pd-" + hex.EncodeToString(b[:])
+}
+
+// withMembers returns object v with the members of set replacing those of the same key
+// in place (or appended, in order) and the keys in drop removed.
+func withMembers(v jsonvalue.Value, set []jsonvalue.Member, drop ...string) jsonvalue.Value {
+	old := v.Members()
+	out := make([]jsonvalue.Member, 0, len(old)+len(set))
+	done := make([]bool, len(set))
+outer:
+	for _, m := range old {
+		for _, d := range drop {
+			if m.Key == d {
+				continue outer
+			}
+		}
+		for i, s := range set {
+			if m.Key == s.Key {
+				if !done[i] {
+					out, done[i] = append(out, s), true
+				}
+				continue outer
+			}
+		}
+		out = append(out, m)
+	}
+	for i, s := range set {
+		if !done[i] {
+			out = append(out, s)
+		}
+	}
+	return jsonvalue.ObjectValue(out...)
+}
+
+// kvParamsKey finds a top-level kv_transfer_params in a body cheaply before parsing.
+var kvParamsKey = []byte(`"kv_transfer_params"`)
+
+// withoutClientKVParams removes a client's kv_transfer_params: they tell a vLLM worker
+// to read KV from, or hold it for, a host the client names, which only kvroute's own
+// P/D exchange may set. Bodies without the key are returned as they are.
+func withoutClientKVParams(body []byte, api request.API, maxElems int) []byte {
+	if (api != request.APIChat && api != request.APICompletions) || !bytes.Contains(body, kvParamsKey) {
+		return body
+	}
+	root, err := jsonvalue.ParseValueLimit(body, maxElems)
+	if err != nil || root.Kind() != jsonvalue.Object {
+		return body
+	}
+	if _, ok := root.Get("kv_transfer_params"); !ok {
+		return body // the key appears inside a string or nested value
+	}
+	return withMembers(root, nil, "kv_transfer_params").AppendJSON(nil)
+}
