@@ -113,19 +113,7 @@ func TestShadowCheck(t *testing.T) {
 		tk.Abort()
 		return tk
 	}
-	health := func(a *App) tokenize.ShadowHealth {
-		rec := httptest.NewRecorder()
-		a.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/tokenize", nil))
-		var out struct {
-			Models []struct {
-				Shadow tokenize.ShadowHealth `json:"shadow"`
-			} `json:"models"`
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Models) != 1 {
-			t.Fatalf("/debug/tokenize: %v %s", err, rec.Body)
-		}
-		return out.Models[0].Shadow
-	}
+	health := func(a *App) tokenize.ShadowHealth { return shadowHealth(t, a) }
 	checks := func(a *App, result string) float64 {
 		return testutil.ToFloat64(a.Metrics.Tokenize.ShadowChecks.WithLabelValues("m", result))
 	}
@@ -241,19 +229,7 @@ func TestShadowLoadOnlyFallback(t *testing.T) {
 		a.Tokenize.WaitShadow()
 		return tk
 	}
-	health := func() tokenize.ShadowHealth {
-		rec := httptest.NewRecorder()
-		a.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/tokenize", nil))
-		var out struct {
-			Models []struct {
-				Shadow tokenize.ShadowHealth `json:"shadow"`
-			} `json:"models"`
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Models) != 1 {
-			t.Fatalf("/debug/tokenize: %v %s", err, rec.Body)
-		}
-		return out.Models[0].Shadow
-	}
+	health := func() tokenize.ShadowHealth { return shadowHealth(t, a) }
 	gauge := func(g interface {
 		WithLabelValues(...string) prometheus.Gauge
 	}) float64 {
@@ -292,4 +268,20 @@ func TestShadowLoadOnlyFallback(t *testing.T) {
 	if tk := pick(9); tk.Path != tokenize.PathLocal {
 		t.Errorf("after reset: path %s, want local", tk.Path)
 	}
+}
+
+// shadowHealth reads the one model's shadow record from GET /debug/tokenize.
+func shadowHealth(t *testing.T, a *App) tokenize.ShadowHealth {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	a.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/tokenize", nil))
+	var out struct {
+		Models []struct {
+			Shadow tokenize.ShadowHealth `json:"shadow"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Models) != 1 {
+		t.Fatalf("/debug/tokenize: %v %s", err, rec.Body)
+	}
+	return out.Models[0].Shadow
 }
