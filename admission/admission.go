@@ -37,7 +37,8 @@ type Admitter struct {
 	redis  *redisBackend // backend redis; nil for local
 	hist   *outputHistory
 	labels *Labeler
-	queue  *Queue // nil: no class has a queue
+	queue  *Queue        // nil: no class has a queue
+	auth   *authThrottle // nil: failed API keys not throttled
 }
 
 // New returns an Admitter; it reads the API key file when the api_key source is
@@ -57,6 +58,7 @@ func New(opt Options) (*Admitter, error) {
 	a := &Admitter{cfg: c, m: opt.Metrics.Admission, now: opt.Now, peers: peers, limits: map[string]config.Limits{},
 		hist: newOutputHistory(c.OutputHistory), labels: NewLabeler(c.MetricsTenants, c.MetricsMaxTenants)}
 	if c.APIKeysFile != "" {
+		a.auth = newAuthThrottle(c.AuthThrottle.Failures, c.AuthThrottle.Window, c.AuthThrottle.MaxClients)
 		if a.keys, err = LoadKeys(c.APIKeysFile); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,9 @@
 package admission
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,4 +95,89 @@ func TestOutputReservationCap(t *testing.T) {
 			t.Errorf("max_tokens %d reserves %d output tokens, want %d", maxTokens, got, want)
 		}
 	}
+}
+
+// A burst of concurrent requests against a real budget (the local backend, and one
+// Redis shared by two replicas) with mixed max_tokens, each generating a random
+// amount up to its max_tokens and settling while others still reserve: the window is
+// charged at most its limit — each request reserved all it could generate, so no
+// settlement adds to the window (the bound: limit + each admitted request's output
+// beyond its reservation, here 0). The same burst with requests without max_tokens
+// that generate beyond the output estimate is charged at most the limit plus the sum
+// of those overruns, exactly as docs/tenants.md states.
+func TestBurstAgainstRealBudgetBound(t *testing.T) {
+	backends(t, func(t *testing.T, newA func(func() time.Time, func(*config.Admission)) (*Admitter, *metrics.Set)) {
+		const limit, prompt, estimate = 8000, 20, 100
+		mod := func(c *config.Admission) {
+			c.Default.TokensPerMinute = limit
+			c.DefaultOutputTokens = estimate
+			c.OutputHistory.Samples, c.OutputHistory.MinSamples = 1024, 1024 // the estimate stays the default
+		}
+		replicas := []*Admitter{}
+		a, _ := newA(fixed, mod)
+		replicas = append(replicas, a)
+		if strings.HasSuffix(t.Name(), "redis") {
+			b, _ := newA(fixed, mod)
+			replicas = append(replicas, b)
+		}
+		for _, withoutMax := range []int{0, 10} {
+			t.Run(fmt.Sprintf("without_max=%d", withoutMax), func(t *testing.T) {
+				tenant := fmt.Sprintf("t%d", withoutMax)
+				id := Identity{Tenant: tenant}
+				rng := rand.New(rand.NewPCG(7, uint64(withoutMax)))
+				type req struct{ maxTokens, out int }
+				var reqs []req
+				for i := range 120 {
+					if i < withoutMax {
+						reqs = append(reqs, req{0, estimate + 1 + rng.IntN(200)}) // overruns the estimate
+						continue
+					}
+					m := 50 + rng.IntN(400)
+					reqs = append(reqs, req{m, rng.IntN(m + 1)})
+				}
+				var mu sync.Mutex
+				var overrun, refused int64
+				var wg sync.WaitGroup
+				for i, r := range reqs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						g, err := replicas[i%len(replicas)].Reserve(id, Want{PromptTokens: prompt, MaxTokens: r.maxTokens, Model: "m"})
+						if err != nil {
+							if !is429(err, "tokens") {
+								t.Errorf("request %d: %v", i, err)
+							}
+							mu.Lock()
+							refused++
+							mu.Unlock()
+							return
+						}
+						if over := int64(prompt+r.out) - g.Reserved(); over > 0 {
+							mu.Lock()
+							overrun += over
+							mu.Unlock()
+						}
+						g.Settle(okUsage(prompt, 0, r.out), -1)
+					}()
+				}
+				wg.Wait()
+				var charged int64
+				for _, s := range a.Snapshot() {
+					if s.Tenant == tenant {
+						charged = s.WindowTokens
+					}
+				}
+				if withoutMax == 0 && overrun != 0 {
+					t.Fatalf("a request with max_tokens overran its reservation by %d", overrun)
+				}
+				if refused == 0 {
+					t.Fatal("premise: the burst is larger than the budget, some requests must be refused")
+				}
+				if charged > limit+overrun || charged == 0 {
+					t.Fatalf("charged %d against %d/min (+ overruns %d)", charged, limit, overrun)
+				}
+				t.Logf("%d replicas, 120 concurrent, %d without max_tokens: %d refused, charged %d of %d (overruns beyond reservations %d)", len(replicas), withoutMax, refused, charged, limit, overrun)
+			})
+		}
+	})
 }

@@ -37,7 +37,9 @@ type Input struct {
 	// trusted edge (ext_proc: the Envoy configuration removes the client's copy
 	// before the filter that sets it). False in proxy, where Peer decides.
 	EdgeHeaders bool
-	// Peer is the TCP peer address (proxy); the zero Addr when unknown.
+	// Peer is the client's address: the TCP peer (proxy), Envoy's source.address
+	// attribute (ext_proc); the zero Addr when unknown. It decides whether a tenant
+	// header is trusted (proxy) and keys the failed-API-key throttle (both fronts).
 	Peer netip.Addr
 }
 
@@ -137,7 +139,9 @@ func parseKeys(r io.Reader, name string) (map[[sha256.Size]byte]string, error) {
 // Identify returns the request's tenant from the configured sources, in order; the
 // first that yields wins. A tenant header from a peer outside trusted_peers (proxy) and
 // an API key not in the key file are ignored and counted. With require_tenant an
-// unattributed request is refused with a 401 *router.Error.
+// unattributed request is refused with a 401 *router.Error. A client (in.Peer) past
+// admission.auth_throttle's failed attempts is refused, when it presents an API key,
+// with a 429 *router.Error before the key is looked up.
 func (a *Admitter) Identify(in Input) (Identity, error) {
 	if a == nil {
 		return Identity{Tenant: Unattributed, Source: "none"}, nil
@@ -167,9 +171,16 @@ func (a *Admitter) Identify(in Input) (Identity, error) {
 			if k == "" {
 				continue
 			}
+			now := a.now()
+			if !a.auth.allowed(in.Peer, now) { // before the key is looked at
+				a.m.AuthThrottled.Inc()
+				a.refuse(a.labels.Labels(Unattributed, ""), "auth_throttled")
+				return Identity{Tenant: Unattributed, Source: "none"}, a.auth.refusal()
+			}
 			var ok bool
 			if t, ok = a.keys[KeyHash(k)]; !ok {
 				a.m.UntrustedIdentity.WithLabelValues("api_key").Inc()
+				a.auth.failed(in.Peer, now)
 				continue
 			}
 		}

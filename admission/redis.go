@@ -29,7 +29,7 @@ import (
 //	KEYS[2] requests counter of the current minute
 //	KEYS[3] ticket key (exists until settled)
 //	KEYS[4..] token counters of the current windows (KEYS[4]: tenant-wide minute)
-//	ARGV[1] now ms, ARGV[2] ticket TTL ms, ARGV[3] max concurrent, ARGV[4] requests
+//	ARGV[1] now ms, ARGV[2] lease TTL ms, ARGV[3] max concurrent, ARGV[4] requests
 //	per minute, ARGV[5] requests key TTL ms, ARGV[6] cost, ARGV[7] ticket id, then per
 //	token counter its limit and its key TTL ms (0 limit: count only).
 //
@@ -60,7 +60,7 @@ end
 redis.call('INCR', KEYS[2])
 if redis.call('PTTL', KEYS[2]) < 0 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[7])
-redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 redis.call('SET', KEYS[3], '1', 'PX', ttl)
 return {0, 0, 0, reqs + 1, minute + cost}
 `)
@@ -113,9 +113,11 @@ type redisBackend struct {
 	now    func() time.Time
 	isDown atomic.Bool // logged as down (one line at down, one at recovery)
 
-	retry chan settleOp // settlements (and cancels) to retry until applied; bounded
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	leases    *leases       // this replica's reservations in flight, renewed every lease_ttl/3
+	retry     chan settleOp // settlements (and cancels) to retry until applied; bounded
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 
 	mu   sync.Mutex
 	seen map[string]config.Limits // tenants reserved here, for /debug/admission (bounded)
@@ -147,9 +149,10 @@ func newRedis(cfg config.RedisBudget, m *metrics.Admission, now func() time.Time
 		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout,
 		WriteTimeout: cfg.Timeout, PoolTimeout: cfg.Timeout, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
 	r := &redisBackend{c: c, cfg: cfg, m: m, fallback: newLocal("local_fallback"), seen: map[string]config.Limits{},
-		retry: make(chan settleOp, maxRetries), stop: make(chan struct{}), now: now}
-	r.wg.Add(1)
+		retry: make(chan settleOp, maxRetries), stop: make(chan struct{}), now: now, leases: newLeases(m)}
+	r.wg.Add(2)
 	go r.retryLoop()
+	go r.renewLoop()
 	return r, nil
 }
 
@@ -218,10 +221,16 @@ func RedisTLSConfig(t config.RedisTLS) (*tls.Config, error) {
 	return tc, nil
 }
 
+// close stops the retry and renewal loops and closes the client; a second call does
+// nothing.
 func (r *redisBackend) close() error {
-	close(r.stop)
-	r.wg.Wait()
-	return r.c.Close()
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		r.wg.Wait()
+		err = r.c.Close()
+	})
+	return err
 }
 
 // down reports whether Redis counts as down at now (a recent call failed).
@@ -282,7 +291,7 @@ func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, er
 	ticket := newTicket()
 	wins := make([]int64, len(p.tokens))
 	keys := []string{r.key(p.tenant, "conc"), r.key(p.tenant, "req", strconv.FormatInt(windowOf(now), 10)), r.key(p.tenant, "tk", ticket)}
-	args := []any{now.UnixMilli(), r.cfg.TicketTTL.Milliseconds(), p.conc, p.rpm, ttlMs(now, window), p.cost, ticket}
+	args := []any{now.UnixMilli(), r.cfg.LeaseTTL.Milliseconds(), p.conc, p.rpm, ttlMs(now, window), p.cost, ticket}
 	for i, t := range p.tokens {
 		wins[i] = windowIndex(now, t.window)
 		keys = append(keys, r.tokenKey(p.tenant, t, wins[i]))
@@ -300,23 +309,50 @@ func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, er
 		return Reservation{}, nil, fmt.Errorf("%w: redis reserve: %v", errNoBackend, err)
 	}
 	r.up()
-	ref := &Refusal{TokenLimit: p.tokens[0].limit, TokensRemaining: max(p.tokens[0].limit-v[4], 0),
+	admitted, ref, err := decodeReserve(v, p, now)
+	if err != nil { // whatever ran, nothing may stay charged under this ticket
+		r.later(settleOp{res: Reservation{Tenant: p.tenant, Tokens: p.cost, tokens: p.tokens, wins: wins, ticket: ticket},
+			cancel: true, until: now.Add(r.cfg.TicketTTL)})
+		return Reservation{}, nil, err
+	}
+	if admitted {
+		res := Reservation{Tenant: p.tenant, Tokens: p.cost, tokens: p.tokens, wins: wins, ticket: ticket, via: r}
+		r.leases.hold(res, now)
+		return res, nil, nil
+	}
+	return Reservation{}, ref, nil
+}
+
+// decodeReserve reads reserveScript's reply {code, index, used, requests, minute
+// used} for plan p: admitted, or the refusal, or an error for a cancelled ticket (code
+// 4) and for a reply no script of this version sends (another length, an unknown
+// code, a negative count): the reply is input, never indexed unchecked.
+func decodeReserve(v []int64, p plan, now time.Time) (admitted bool, ref *Refusal, err error) {
+	if len(v) != 5 || len(p.tokens) == 0 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0 {
+		return false, nil, fmt.Errorf("%w: redis reserve: unexpected reply %v", errNoBackend, v)
+	}
+	ref = &Refusal{TokenLimit: p.tokens[0].limit, TokensRemaining: max(p.tokens[0].limit-v[4], 0),
 		RequestLimit: p.rpm, RequestsRemaining: max(p.rpm-v[3], 0), Reset: resetIn(now), Window: window}
 	switch v[0] {
 	case 0:
-		return Reservation{Tenant: p.tenant, Tokens: p.cost, tokens: p.tokens, wins: wins, ticket: ticket, via: r}, nil, nil
+		return true, nil, nil
 	case 1:
 		ref.Reason = "concurrency"
 	case 2:
 		ref.Reason = "requests"
-	case 4:
-		return Reservation{}, nil, fmt.Errorf("%w: redis reserve: ticket cancelled", errNoBackend)
-	default:
-		t := p.tokens[min(max(v[1]-1, 0), int64(len(p.tokens)-1))]
+	case 3:
+		if v[1] < 1 || v[1] > int64(len(p.tokens)) {
+			return false, nil, fmt.Errorf("%w: redis reserve: token counter %d of %d", errNoBackend, v[1], len(p.tokens))
+		}
+		t := p.tokens[v[1]-1]
 		ref.Reason, ref.TokenLimit, ref.TokensRemaining = "tokens", t.limit, max(t.limit-v[2], 0)
 		ref.Reset, ref.Window, ref.Model = resetAt(now, t.window), t.window, t.model
+	case 4:
+		return false, nil, fmt.Errorf("%w: redis reserve: ticket cancelled", errNoBackend)
+	default:
+		return false, nil, fmt.Errorf("%w: redis reserve: unknown reply code %d", errNoBackend, v[0])
 	}
-	return Reservation{}, ref, nil
+	return false, ref, nil
 }
 
 // settle runs settleScript for res (the same rule as local.settle: the difference in
@@ -325,7 +361,8 @@ func (r *redisBackend) reserve(p plan, now time.Time) (Reservation, *Refusal, er
 // until applied (exactly once: the ticket key), since a lost settlement would hold a
 // concurrency slot until ticket_ttl.
 func (r *redisBackend) settle(res Reservation, actual int64, now time.Time) error {
-	op := settleOp{res: res, actual: actual, until: now.Add(r.cfg.TicketTTL)}
+	r.leases.drop(res.ticket) // no longer renewed: if the settlement is lost, the slot ends at lease_ttl
+	op := settleOp{res: res, actual: actual, until: now.Add(r.cfg.LeaseTTL)}
 	if err := r.apply(op, now); err != nil {
 		r.later(op)
 		return err

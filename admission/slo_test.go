@@ -83,6 +83,14 @@ func TestSLORefusalAtArrival(t *testing.T) {
 	if got := testutil.ToFloat64(ms.Admission.Refused.WithLabelValues("i", "interactive", router.ReasonSLOMiss)); got != 1 {
 		t.Fatalf("kvroute_admission_refused_total{reason=slo_miss} = %v, want 1", got)
 	}
+	// the autoscaling gauges: the best prediction of the refused pick (≈ 8.6 s: 8.2 s of
+	// queue + 0.42 s of prefill), the margin (1: no feedback yet), no pressure
+	if got := testutil.ToFloat64(ms.Router.BestTTFT.WithLabelValues("m")); got < 7 || got > 10 {
+		t.Fatalf("kvroute_router_best_predicted_ttft_seconds = %v, want ≈ 8.6", got)
+	}
+	if m, p := testutil.ToFloat64(ms.Router.SLOMargin), testutil.ToFloat64(ms.Router.SLOPressure.WithLabelValues("interactive")); m != 1 || p != 1 {
+		t.Fatalf("slo_margin %v, slo_pressure %v: want 1 and 1 before any feedback", m, p)
+	}
 	p, err = a.Pick(ctx, rt, sloReq(), router.PickOptions{}, ClassInput{Tenant: "other"})
 	if err != nil || p.Ticket == nil || p.Class.Name != "batch" {
 		t.Fatalf("on_slo_miss unset (admit): %+v %v", p, err)

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Admission configures the admission stage (package admission): who is asking
@@ -33,6 +34,8 @@ type Admission struct {
 	// APIKeysFile is a text file of "<sha256 hex of the key> <tenant>" lines (# starts a
 	// comment). Keys themselves are never stored, logged or exported.
 	APIKeysFile string `mapstructure:"api_keys_file"`
+	// AuthThrottle limits failed API-key attempts per client address.
+	AuthThrottle AuthThrottle `mapstructure:"auth_throttle"`
 	// RequireTenant answers 401 to a request no identity source attributes.
 	RequireTenant bool `mapstructure:"require_tenant"`
 	// Backend holds budget state: "local" (in memory, one replica) or "redis" (shared by
@@ -99,6 +102,17 @@ type Limits struct {
 	RedisDown string `mapstructure:"redis_down" json:"redis_down,omitempty"`
 }
 
+// AuthThrottle is admission.auth_throttle: a client address (IPv6: its /64) that
+// presented Failures unknown API keys within Window gets 429 for its next API-key
+// requests, before the key is looked at, until its bucket refills (Failures per
+// Window). MaxClients bounds the addresses tracked (least recently failed evicted).
+// Failures 0: off.
+type AuthThrottle struct {
+	Failures   int           `mapstructure:"failures"`
+	Window     time.Duration `mapstructure:"window"`
+	MaxClients int           `mapstructure:"max_clients"`
+}
+
 // TenantLimits are Limits for one named tenant.
 type TenantLimits struct {
 	Name   string `mapstructure:"name"`
@@ -120,7 +134,8 @@ func defaultAdmission() Admission {
 	return Admission{MetadataNamespace: "envoy.filters.http.jwt_authn", MetadataKey: "jwt_payload", Claim: "sub",
 		TenantHeader: "x-kvroute-tenant", Backend: "local", Weights: CostWeights{Uncached: 1, Cached: 1, Output: 1},
 		DefaultOutputTokens: 1024, MaxOutputReservation: 32768, MetricsMaxTenants: DefaultMetricsMaxTenants, QueueMax: 10000,
-		Redis: defaultRedisBudget(), OutputHistory: OutputHistory{Samples: 64, MinSamples: 8, MaxKeys: 4096}}
+		AuthThrottle: AuthThrottle{Failures: 10, Window: time.Minute, MaxClients: 65536},
+		Redis:        defaultRedisBudget(), OutputHistory: OutputHistory{Samples: 64, MinSamples: 8, MaxKeys: 4096}}
 }
 
 // ParsePeers parses admission.trusted_peers: CIDRs or single addresses.
@@ -160,6 +175,9 @@ func (a Admission) validate() error {
 	}
 	if slices.Contains(a.Identity, "api_key") && a.APIKeysFile == "" {
 		return fieldErr("admission.api_keys_file", "identity source api_key needs a key file")
+	}
+	if t := a.AuthThrottle; t.Failures < 0 || (t.Failures > 0 && (t.Window <= 0 || t.MaxClients < 1)) {
+		return fieldErr("admission.auth_throttle", "failures must be ≥ 0 (0 = off); with failures, window > 0 and max_clients ≥ 1, got %+v", t)
 	}
 	if _, err := ParsePeers(a.TrustedPeers); err != nil {
 		return err

@@ -24,9 +24,16 @@ type RedisBudget struct {
 	// RetryInterval is how long, after a failed call, the backend treats Redis as down
 	// (the Down mode applies) before it tries again.
 	RetryInterval time.Duration `mapstructure:"retry_interval"`
-	// TicketTTL bounds how long a reservation holds its concurrency slot and can be
-	// settled: a replica that dies mid-request releases its slots after this.
+	// TicketTTL bounds how long a reservation can hold its concurrency slot and be
+	// settled at all (its lease is not renewed past it), and how long the tombstone of
+	// a cancelled reservation lasts.
 	TicketTTL time.Duration `mapstructure:"ticket_ttl"`
+	// LeaseTTL is the life of a reservation's concurrency slot (lease) in Redis unless
+	// the replica holding the request renews it (every LeaseTTL/3 while the request is
+	// in flight there): a replica that dies, a settlement that is lost, or a
+	// reservation that Redis ran after its client gave up (a stall) frees its slot
+	// after LeaseTTL, not TicketTTL.
+	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
 	// Replicas is N, the number of kvroute replicas sharing the budget: in Down mode
 	// local, each replica enforces 1/N of every limit on its own.
 	Replicas int `mapstructure:"replicas"`
@@ -101,7 +108,7 @@ var RedisDownModes = []string{"local", "fail_open", "fail_closed"}
 
 func defaultRedisBudget() RedisBudget {
 	return RedisBudget{Addr: "127.0.0.1:6379", KeyPrefix: "kvroute:budget:", Timeout: 100 * time.Millisecond,
-		RetryInterval: time.Second, TicketTTL: time.Hour, Replicas: 1, Down: "local"}
+		RetryInterval: time.Second, TicketTTL: time.Hour, LeaseTTL: 30 * time.Second, Replicas: 1, Down: "local"}
 }
 
 func (a Admission) validateBudget() error {
@@ -114,6 +121,9 @@ func (a Admission) validateBudget() error {
 		}
 		if r.Timeout <= 0 || r.RetryInterval <= 0 || r.TicketTTL < time.Minute {
 			return fieldErr("admission.redis.timeout", "timeout and retry_interval must be > 0 and ticket_ttl ≥ 1m, got %v, %v, %v", r.Timeout, r.RetryInterval, r.TicketTTL)
+		}
+		if r.LeaseTTL < 3*r.Timeout || r.LeaseTTL < time.Second || r.LeaseTTL > r.TicketTTL {
+			return fieldErr("admission.redis.lease_ttl", "must be ≥ 1s and ≥ 3 × timeout (%v) and ≤ ticket_ttl (%v), got %v", r.Timeout, r.TicketTTL, r.LeaseTTL)
 		}
 		if r.Replicas < 1 {
 			return fieldErr("admission.redis.replicas", "must be ≥ 1, got %d", r.Replicas)

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,8 +51,9 @@ type stream struct {
 	first   bool  // no message handled yet (protocol_config comes on the first only)
 
 	reqMode, respMode mode
-	withoutWaiting    bool // send_body_without_waiting_for_header_response (STREAMED only)
-	observability     bool // observability_mode: replies are ignored, nothing is held
+	withoutWaiting    bool       // send_body_without_waiting_for_header_response (STREAMED only)
+	observability     bool       // observability_mode: replies are ignored, nothing is held
+	client            netip.Addr // Envoy's source.address attribute (clientAddr); zero when not sent
 
 	// request direction
 	sawHeaders    bool
@@ -112,6 +114,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 		st.phase = phaseReqHeaders
 		st.count()
 		st.readSubsetHint(req.GetMetadataContext())
+		st.client = clientAddr(req)
 		return st.requestHeaders(v.RequestHeaders, req.GetMetadataContext().GetFilterMetadata())
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.phase = phaseReqBody
@@ -225,7 +228,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md map[string]*struct
 		st.s.m.Streams.WithLabelValues("observability").Inc()
 		return nil
 	}
-	id, err := st.s.opt.Admission.Identify(admission.Input{Header: headerLookup(h), Metadata: md, EdgeHeaders: true})
+	id, err := st.s.opt.Admission.Identify(admission.Input{Header: headerLookup(h), Metadata: md, EdgeHeaders: true, Peer: st.client})
 	if err != nil {
 		return st.immediate(err)
 	}

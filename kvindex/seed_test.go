@@ -85,7 +85,7 @@ func TestChosenKeysGiveBoundedProbes(t *testing.T) {
 // places the same keys differently.
 func TestHashSeedIsRandom(t *testing.T) {
 	a, b := newHashSeed(), newHashSeed()
-	if a == b || a[1]&1 == 0 || b[1]&1 == 0 {
+	if a == b || a[1]&1 == 0 || b[1]&1 == 0 || a[2]&1 == 0 || b[2]&1 == 0 {
 		t.Fatalf("seeds %x and %x: want two different draws with odd multipliers", a, b)
 	}
 }

@@ -35,6 +35,9 @@ type Admission struct {
 	// that cannot be trusted (source header: a tenant header from a peer outside
 	// admission.trusted_peers; api_key: a key not in the key file).
 	UntrustedIdentity *prometheus.CounterVec // source
+	// AuthThrottled counts API-key requests refused (429) because their client address
+	// presented too many unknown keys (admission.auth_throttle).
+	AuthThrottled prometheus.Counter
 	// BackendErrors counts failed calls to the redis budget backend by op (reserve,
 	// settle): a timeout, a refused connection, an error reply.
 	BackendErrors *prometheus.CounterVec // op
@@ -42,6 +45,9 @@ type Admission struct {
 	// counts as down), by the tenant's redis_down mode: local (1/replicas of the budget
 	// enforced in memory), fail_open (admitted unbudgeted), fail_closed (refused, 503).
 	BackendDown *prometheus.CounterVec // mode
+	// RedisLeases is the number of reservations this replica holds in the redis budget
+	// backend and renews (admission.redis.lease_ttl): requests admitted, not yet settled.
+	RedisLeases prometheus.Gauge
 
 	// QueueSeconds observes how long each request of a class with a queue waited in
 	// kvroute's queue (0 when it was picked at once), by tenant (bounded) and class,
@@ -63,7 +69,7 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 		Requests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "requests_total", Help: "Requests by tenant (bounded), class and outcome, once each when settled or refused." + tenantBound}, []string{"tenant", "class", "outcome"})),
 		Refused: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded), class and reason (tokens, requests, concurrency, unauthenticated, unavailable: fail_closed while the redis budget backend is down)." + tenantBound}, []string{"tenant", "class", "reason"})),
+			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded), class and reason (tokens, requests, concurrency, unauthenticated, auth_throttled, unavailable: fail_closed while the redis budget backend is down)." + tenantBound}, []string{"tenant", "class", "reason"})),
 		TokensReserved: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "reserved_tokens_total", Help: "Tokens reserved at admission, by tenant (bounded), class and kind (uncached, cached: prompt tokens as the router counted them for the picked worker; output: the estimate), raw before weights." + tenantBound}, []string{"tenant", "class", "kind"})),
 		TokensSettled: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
@@ -75,10 +81,14 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 			Name: "settlements_total", Help: "Settlements by usage_source (reported, counted, estimated, released)."}, []string{"usage_source"})),
 		UntrustedIdentity: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "untrusted_identity_total", Help: "Identity claims ignored as untrusted, by source (header from an untrusted peer, unknown api_key)."}, []string{"source"})),
+		AuthThrottled: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "auth_throttled_total", Help: "API-key requests refused (429) before the key was looked at: their client address (IPv6 /64) presented admission.auth_throttle.failures unknown keys within its window."})),
 		BackendErrors: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "backend_errors_total", Help: "Failed calls to the redis budget backend, by op (reserve, settle — retries included; settle_dropped: a settlement the full retry queue could not take, its lease then ends at `ticket_ttl`)."}, []string{"op"})),
+			Name: "backend_errors_total", Help: "Failed calls to the redis budget backend, by op (reserve, settle — retries included; renew: a lease renewal; settle_dropped: a settlement the full retry queue could not take, its lease then ends at `lease_ttl`)."}, []string{"op"})),
 		BackendDown: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "backend_down_total", Help: "Reservations decided while the redis budget backend was unreachable, by redis_down mode (local: 1/replicas of the budget in memory, fail_open, fail_closed)."}, []string{"mode"})),
+		RedisLeases: must(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "redis_leases", Help: "Reservations this replica holds in the redis budget backend and renews every admission.redis.lease_ttl/3 (admitted, not yet settled)."})),
 		QueueSeconds: must(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "queue_seconds", Help: "Time requests of a class with a queue waited in kvroute's queue (0 when picked at once), by tenant (bounded) and class." + tenantBound,
 			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60}}, []string{"tenant", "class"})),

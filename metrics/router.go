@@ -23,6 +23,9 @@ type Router struct {
 	ServedUnknown    prometheus.Counter       // served endpoints reported that no registered worker has
 	PDDecisions      *prometheus.CounterVec   // decision (remote, local): prefill/decode picks on a disaggregated pool
 	PDFallbacks      prometheus.Counter       // remote prefills that failed and fell back to local prefill on the decode worker
+	BestTTFT         *prometheus.GaugeVec     // model: the best predicted TTFT of the latest pick (scaling signal)
+	SLOMargin        prometheus.Gauge         // the SLO refusal rule's margin (p90 of observed ÷ predicted TTFT)
+	SLOPressure      *prometheus.GaugeVec     // class: pressure a class puts on lower-priority classes
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
@@ -66,5 +69,11 @@ func newRouter(reg prometheus.Registerer) *Router {
 			Name: "pd_decisions_total", Help: "Picks on a pool with prefill/decode roles, by decision (remote: prefill on a prefill worker, KV transferred to the decode worker; local: the decode worker prefills itself)."}, []string{"decision"})),
 		PDFallbacks: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "pd_prefill_fallbacks_total", Help: "Remote prefills that failed (Ticket.PrefillDone with an error) and fell back to local prefill on the decode worker."})),
+		BestTTFT: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "best_predicted_ttft_seconds", Help: "The lowest predicted TTFT over the workers at the latest pick of a request with tokens for the model, refused picks included, seconds: how long a new request would wait for its first token on the best worker now (the fleet's drain time; an autoscaling signal, docs/autoscaling.md)."}, []string{"model"})),
+		SLOMargin: must(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "slo_margin", Help: "The SLO refusal rule's margin: the learned 90th percentile of observed ÷ predicted TTFT (a request is refused when margin × its best prediction is past its objective); 1 before any feedback."})),
+		SLOPressure: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "slo_pressure", Help: "Pressure a class refusing on SLO miss puts on classes of lower priority (their refusal threshold is divided by it): above 1 while the class meets its objective less often than its slo_attainment; by class (configured classes)."}, []string{"class"})),
 	}
 }

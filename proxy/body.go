@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/kvroute/kvroute/response"
@@ -101,4 +103,17 @@ func statusClass(code int) string {
 		return "error"
 	}
 	return strconv.Itoa(code/100) + "xx"
+}
+
+// clientGone reports whether a body read failed because the client's connection
+// ended mid-upload (it closed early: the body reader's io.ErrUnexpectedEOF; it reset
+// the connection: ECONNRESET; the server closed it), not because of what it sent or a
+// deadline (408).
+func clientGone(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.EPIPE)
 }

@@ -21,8 +21,8 @@
 // unreachable); a JSON API body with a non-JSON Content-Type is 415 (a missing one is
 // taken as JSON, as vLLM's FastAPI does); the body buffer grows with the bytes that
 // arrive, never from the declared Content-Length; reading the body has a deadline
-// (Options.BodyTimeout, 408); an oversize body is answered 413 and then drained (up to
-// maxDrainBytes) before the connection closes, so clients that do not send
+// (Options.BodyTimeout, 408); an oversize body is answered 413 and then drained (to its
+// end, under the body deadline) before the connection closes, so clients that do not send
 // Expect: 100-continue read the 413 instead of a connection reset; every write to the
 // client has a deadline (Options.WriteTimeout); a worker that sends no response headers
 // within Proxy.UpstreamHeaderTimeout, or no body bytes for Proxy.UpstreamIdleTimeout,
@@ -89,10 +89,9 @@ type Options struct {
 	Classify *classify.Rules
 }
 
-// maxDrainBytes bounds how much of an oversize body is read and discarded after the
-// 413, so that the client, still sending, is not answered with a TCP reset (which
-// destroys the 413 in its receive buffer). Past it the connection is closed anyway.
-const maxDrainBytes = 64 << 20
+// drainTimeout bounds, when Options.BodyTimeout is 0, how long the rest of an oversize
+// body is read and discarded after the 413 (nginx's lingering_time default, 30 s).
+const drainTimeout = 30 * time.Second
 
 type handler struct {
 	opt Options
@@ -196,6 +195,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := tracing.StartRoute(r.Context(), h.opt.Tracer, r.Header.Get, string(api))
 	defer route.End()
 	var f *flight
+	gone := false // the client went away before anything was routed (mid-upload, while queued)
 	defer func() {
 		// Every request is counted, with its outcome, before a panic is re-raised:
 		// ReverseProxy panics with http.ErrAbortHandler when copying the body fails
@@ -211,6 +211,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = "panic"
 		}
 		o := response.OutcomeRejected // kvroute answered itself, nothing was routed
+		if gone {
+			o = response.OutcomeAborted
+		}
 		if f != nil {
 			o = f.Abort(reason, response.OutcomeAborted, f.counted()) // the recorded outcome when it had ended
 		}
@@ -255,6 +258,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refuseOversize(rec, r, limit)
 			return
 		}
+		if clientGone(err) {
+			// Nobody to answer: no reply (net/http would otherwise send an empty 200),
+			// the connection is dropped, and the request is counted aborted.
+			route.Fail("client gone")
+			gone = true
+			panic(http.ErrAbortHandler)
+		}
 		h.writeError(rec, api, err)
 		return
 	}
@@ -297,7 +307,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			route.Fail("no pick")
 			if r.Context().Err() != nil {
-				return // the client went away while queued: its entry is gone, nothing to answer
+				// The client went away while queued: its entry is gone, nothing to answer.
+				gone = true
+				panic(http.ErrAbortHandler)
 			}
 			h.writeError(rec, api, err)
 			return
@@ -376,10 +388,12 @@ func (h *handler) readBodyWithDeadline(w http.ResponseWriter, r *http.Request, l
 }
 
 // refuseOversize answers 413 and closes the connection. The reply goes out first; then
-// the rest of the body the client is still sending is read and discarded (up to
-// maxDrainBytes, under the body deadline), so that closing the socket does not send a
-// TCP reset that would destroy the 413 before a client without Expect: 100-continue
-// reads it (net/http closes, unread data pending, after a large unread body).
+// the rest of the body the client is still sending is read and discarded to its end,
+// however long (bounded in time by the body deadline, not in bytes: a byte bound only
+// moves the reset to bodies past it), so that closing the socket does not send a TCP
+// reset that would destroy the 413 before a client without Expect: 100-continue reads
+// it (net/http closes, unread data pending, after a large unread body). This is
+// nginx's lingering close. Nothing read is kept: memory stays at one copy buffer.
 func (h *handler) refuseOversize(w http.ResponseWriter, r *http.Request, limit int) {
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex() // HTTP/1: keep reading the body after the reply started
@@ -388,10 +402,12 @@ func (h *handler) refuseOversize(w http.ResponseWriter, r *http.Request, limit i
 	if rc.Flush() != nil {
 		return
 	}
-	if h.opt.BodyTimeout > 0 {
-		_ = rc.SetReadDeadline(time.Now().Add(h.opt.BodyTimeout))
+	linger := h.opt.BodyTimeout
+	if linger <= 0 {
+		linger = drainTimeout
 	}
-	_, _ = io.CopyN(io.Discard, r.Body, maxDrainBytes)
+	_ = rc.SetReadDeadline(time.Now().Add(linger))
+	_, _ = io.Copy(io.Discard, r.Body)
 }
 
 // bodyError wraps a body read failure; it keeps the cause for errors.As (timeouts).

@@ -125,6 +125,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		pd = scoring.PairDecision{Decision: r.opt.Policy.Pick(&in.Input, cands), Prefill: -1}
 	}
 	d := pd.Decision
+	r.observeScaling(in, d)
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
 		r.mu.Unlock()
 		ra := d.RetryAfter

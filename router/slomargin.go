@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // SLO refusal calibration. A request refused on its prediction (PickOptions
@@ -255,4 +257,22 @@ func (t *Ticket) sloDeadline() time.Time { return t.Start.Add(t.slo.SLO) }
 // objective and no class).
 func (r *Router) SLOMargins(class string) (margin, topMargin, pressure float64) {
 	return r.sloMargin.margins(class)
+}
+
+// observeScaling sets the autoscaling gauges from a decision: the best predicted TTFT
+// of a pick with tokens (refused or not) and, under the refusal rule, the margin and
+// the class's pressure.
+func (r *Router) observeScaling(in *input, d scoring.Decision) {
+	if in.Degraded == "" && in.PromptTokens > 0 && len(d.Predictions) > 0 {
+		best := d.Predictions[0].TTFT
+		for _, p := range d.Predictions[1:] {
+			best = min(best, p.TTFT)
+		}
+		r.m.BestTTFT.WithLabelValues(in.Model).Set(best.Seconds())
+	}
+	if in.RefuseOnSLOMiss && in.SLO > 0 {
+		m, _, p := r.sloMargin.margins(in.cls.Class)
+		r.m.SLOMargin.Set(m)
+		r.m.SLOPressure.WithLabelValues(in.cls.Class).Set(p)
+	}
 }
