@@ -45,7 +45,8 @@
 // is FairQueue's (priority, then the Virtual Token Counter of Sheng et al., OSDI '24,
 // then FCFS), a pure core kvbench also runs in virtual time.
 //
-// kvroute proxy asks streamed requests that name no stream_options for usage
-// (proxy.inject_include_usage, request.WithIncludeUsage) so that they settle on it; the
-// ext_proc front does not yet, and its streams without usage settle on counted content.
+// Both fronts ask streamed requests that name no stream_options for usage
+// (proxy.inject_include_usage, extproc.inject_include_usage where the Envoy body modes
+// let it replace the bodies; request.WithIncludeUsage) so that they settle on it; other
+// streams without usage settle on counted content.
 package admission

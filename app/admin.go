@@ -19,7 +19,7 @@ import (
 //	GET /debug/workers   JSON: workers with bookings, scraped load, index mode and last KV event age; open in-flight tickets
 //	GET /debug/index     JSON: KV index totals and per-worker summaries (?worker=NAME: one; ?limit=N≤1000&cursor=NAME: a page)
 //	GET /debug/tokenize  JSON: each model's tokenizer, chat template, path health and shadow check; workers in remote backoff
-//	POST /debug/tokenize/reset  return models the shadow check switched to remote to their paths (?model=NAME: one)
+//	POST /debug/tokenize/reset  return models the shadow check switched off their local path (to remote or load-only) to their paths (?model=NAME: one)
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 //	GET /debug/peers     JSON: peer replicas seen, their state's age, bytes exchanged, bookings imported (peers.go)
 //	GET /debug/admission JSON: budget state per tenant (limits, current window's tokens and requests, concurrent), the QoS classes, queue depth per class with a queue; no keys

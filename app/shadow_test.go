@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvroute/kvroute/config"
@@ -112,19 +113,7 @@ func TestShadowCheck(t *testing.T) {
 		tk.Abort()
 		return tk
 	}
-	health := func(a *App) tokenize.ShadowHealth {
-		rec := httptest.NewRecorder()
-		a.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/tokenize", nil))
-		var out struct {
-			Models []struct {
-				Shadow tokenize.ShadowHealth `json:"shadow"`
-			} `json:"models"`
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Models) != 1 {
-			t.Fatalf("/debug/tokenize: %v %s", err, rec.Body)
-		}
-		return out.Models[0].Shadow
-	}
+	health := func(a *App) tokenize.ShadowHealth { return shadowHealth(t, a) }
 	checks := func(a *App, result string) float64 {
 		return testutil.ToFloat64(a.Metrics.Tokenize.ShadowChecks.WithLabelValues("m", result))
 	}
@@ -198,4 +187,101 @@ func TestShadowCheck(t *testing.T) {
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("reset of an unknown model: %d, want 404", rec.Code)
 	}
+}
+
+// The shadow check's load-only fallback, end to end over loopback HTTP: a model whose
+// local tokenizer is of another family (llama3's tokenizer.json for a worker that runs
+// qwen3, as vllm-sim --tokenizer does) and that has no remote path (tokenize_paths:
+// [local]). Past the mismatch rate its requests are picked on load alone (no ids: path
+// none, reason local_shadow_mismatch), said once in the log, in /debug/tokenize
+// (load_only) and by kvroute_tokenize_shadow_load_only, never by the remote gauge;
+// the admin reset returns it to its local path.
+func TestShadowLoadOnlyFallback(t *testing.T) {
+	engineDir := filepath.Join("..", ".cache", "tokenizers", "qwen3")
+	wrongDir := filepath.Join("..", ".cache", "tokenizers", "llama3")
+	for _, d := range []string{engineDir, wrongDir} {
+		if _, err := os.Stat(filepath.Join(d, "tokenizer.json")); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s missing under CI (make test fetches it)", d)
+			}
+			t.Skipf("%s missing: run make tokenizers", d)
+		}
+	}
+	var logs syncBuffer
+	cfg := config.Default()
+	cfg.Models = []config.Model{{Name: "m", Tokenizer: wrongDir, TokenizePaths: []string{"local"}}}
+	cfg.Workers = []config.Worker{{Name: "w", Address: simWorker(t, engineDir, false)}}
+	cfg.Tokenize.Shadow = config.TokenizeShadow{Fraction: 1, MaxPerSecond: 1000, MinChecks: 5, MismatchRate: 0.5}
+	a, err := New(&cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pick := func(i int) *router.Ticket {
+		req, err := request.Parse(request.APICompletions, []byte(`{"model":"m","prompt":"the cache `+strings.Repeat("word ", i+1)+`is shared"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := a.Router.Pick(context.Background(), req, router.PickOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Abort()
+		a.Tokenize.WaitShadow()
+		return tk
+	}
+	health := func() tokenize.ShadowHealth { return shadowHealth(t, a) }
+	gauge := func(g interface {
+		WithLabelValues(...string) prometheus.Gauge
+	}) float64 {
+		return testutil.ToFloat64(g.WithLabelValues("m"))
+	}
+	for i := range 5 {
+		if tk := pick(i); tk.Path != tokenize.PathLocal {
+			t.Fatalf("pick %d before the switch: path %s, want local", i, tk.Path)
+		}
+	}
+	if got := testutil.ToFloat64(a.Metrics.Tokenize.ShadowChecks.WithLabelValues("m", tokenize.ShadowMismatch)); got != 5 {
+		t.Fatalf("%v mismatches of llama3 ids against a qwen3 engine, want 5", got)
+	}
+	if h := health(); !h.LoadOnly || h.Remote || h.SwitchedAt.IsZero() {
+		t.Fatalf("shadow health %+v, want load_only", h)
+	}
+	if gauge(a.Metrics.Tokenize.ShadowLoadOnly) != 1 || gauge(a.Metrics.Tokenize.ShadowRemote) != 0 {
+		t.Fatalf("gauges: load_only %v remote %v, want 1, 0", gauge(a.Metrics.Tokenize.ShadowLoadOnly), gauge(a.Metrics.Tokenize.ShadowRemote))
+	}
+	for i := 5; i < 8; i++ {
+		if tk := pick(i); tk.Path != tokenize.PathNone || tk.Degraded != "local_shadow_mismatch" {
+			t.Fatalf("pick %d after the switch: path %s (%s), want none (local_shadow_mismatch)", i, tk.Path, tk.Degraded)
+		}
+	}
+	if got := testutil.ToFloat64(a.Metrics.Tokenize.Degraded.WithLabelValues("m", "local_shadow_mismatch")); got != 3 {
+		t.Errorf("degraded{local_shadow_mismatch} = %v, want 3", got)
+	}
+	if n := strings.Count(logs.String(), "no remote tokenization path"); n != 1 {
+		t.Errorf("load-only switch logged %d times, want once:\n%s", n, logs.String())
+	}
+	rec := httptest.NewRecorder()
+	a.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/debug/tokenize/reset?model=m", nil))
+	if h := health(); rec.Code != http.StatusOK || h.LoadOnly || gauge(a.Metrics.Tokenize.ShadowLoadOnly) != 0 {
+		t.Fatalf("after reset: %d %+v", rec.Code, h)
+	}
+	if tk := pick(9); tk.Path != tokenize.PathLocal {
+		t.Errorf("after reset: path %s, want local", tk.Path)
+	}
+}
+
+// shadowHealth reads the one model's shadow record from GET /debug/tokenize.
+func shadowHealth(t *testing.T, a *App) tokenize.ShadowHealth {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	a.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/tokenize", nil))
+	var out struct {
+		Models []struct {
+			Shadow tokenize.ShadowHealth `json:"shadow"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Models) != 1 {
+		t.Fatalf("/debug/tokenize: %v %s", err, rec.Body)
+	}
+	return out.Models[0].Shadow
 }

@@ -58,6 +58,12 @@ type ExtProc struct {
 	// override_host load balancing policy). 0 sends the pick alone, which ORIGINAL_DST
 	// requires: it does not split lists.
 	FallbackEndpoints int `mapstructure:"fallback_endpoints"`
+	// InjectIncludeUsage is proxy.inject_include_usage for the ext_proc front, within
+	// what the processing modes permit: the request body must be replaceable (request
+	// body mode BUFFERED or FULL_DUPLEX_STREAMED) and the response body too, to remove
+	// the usage-only chunk (STREAMED, BUFFERED or FULL_DUPLEX_STREAMED); in any other
+	// combination nothing is injected.
+	InjectIncludeUsage bool `mapstructure:"inject_include_usage"`
 }
 
 // BodyModes are the accepted values of extproc.request_body_mode and
@@ -67,7 +73,8 @@ var BodyModes = []string{"NONE", "STREAMED", "BUFFERED", "BUFFERED_PARTIAL", "FU
 func defaultExtProc() ExtProc {
 	return ExtProc{DestinationHeader: "x-gateway-destination-endpoint", MetadataNamespace: "envoy.lb",
 		MaxBodyBytes: 16 << 20, SLOHeader: "x-slo-ttft-ms", RequestBodyMode: "BUFFERED", ResponseBodyMode: "STREAMED",
-		MaxStreams: 10000, MaxMessagesPerSecond: 5000, SubsetHintNamespace: "envoy.lb.subset_hint"}
+		MaxStreams: 10000, MaxMessagesPerSecond: 5000, SubsetHintNamespace: "envoy.lb.subset_hint",
+		InjectIncludeUsage: true}
 }
 
 // reservedHeaders are hop-by-hop and framing headers (RFC 9110 §7.6.1; Envoy strips or

@@ -31,10 +31,10 @@ type Proxy struct {
 }
 
 // DefaultProxyPaths are the inference API paths forwarded by default: the OpenAI
-// routes every vLLM OpenAI server (vllm/entrypoints/openai/api_server.py) and
-// kvroute's vllm-sim serve. Anthropic's /v1/messages is not among them: only recent
-// vLLM versions serve it (AnthropicServingMessages in the same server); older ones
-// and vllm-sim answer 404 — add it to proxy.paths when every worker serves it.
+// routes every vLLM OpenAI server (vllm/entrypoints/openai/api_server.py) serves.
+// Anthropic's /v1/messages is not among them: only recent vLLM versions serve it
+// (vllm/entrypoints/anthropic/api_router.py; kvroute's vllm-sim does too); older ones
+// answer 404 — add it to proxy.paths when every worker serves it.
 var DefaultProxyPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/models"}
 
 func defaultProxy() Proxy {

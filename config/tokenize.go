@@ -36,8 +36,8 @@ type TokenizeShadow struct {
 	Fraction float64 `mapstructure:"fraction"`
 	// MaxPerSecond caps checks per model; 0 = 1.
 	MaxPerSecond float64 `mapstructure:"max_per_second"`
-	// MismatchRate above which a model is switched to its remote path, in [0, 1];
-	// 0 = 0.05.
+	// MismatchRate above which a model is switched off its local path (to its remote
+	// path, or to load-only picks when it has none), in [0, 1]; 0 = 0.05.
 	MismatchRate float64 `mapstructure:"mismatch_rate"`
 	// MinChecks before the rate is judged; 0 = 20.
 	MinChecks int `mapstructure:"min_checks"`

@@ -39,8 +39,10 @@
 //	                                        (CC handleDataBufferedMode), even with
 //	                                        end_of_stream=false when trailers follow (CC
 //	                                        onTrailers); its reply carries the decision.
-//	                                        content-length stays right: the body is never
-//	                                        mutated (PS validateContentLength).
+//	                                        The body is mutated only to inject
+//	                                        stream_options.include_usage (usage.go), with
+//	                                        content-length set to match in the same reply
+//	                                        (PS validateContentLength).
 //	BUFFERED_PARTIAL                        as BUFFERED, but the one message may be cut at
 //	                                        Envoy's buffer limit (CC
 //	                                        handleDataBufferedPartialMode): a cut body is
@@ -74,7 +76,8 @@
 // mutation: ORIGINAL_DST/override_host read the header at host selection without it,
 // and after the headers were released it is useless (PS clearRouteCache;
 // envoyproxy/envoy#43708). kvroute never echoes request headers, so hop-by-hop headers
-// (removed by Envoy before filters, CMU) and content-length are never set by it.
+// (removed by Envoy before filters, CMU) are never set by it, nor content-length but
+// for a BUFFERED body it replaced.
 //
 // # Limits and errors
 //
@@ -101,7 +104,9 @@
 // show (response.Outcome), counted once on kvroute_extproc_requests_total{outcome}
 // (aborts and expiries included; kvroute's own refusals as "rejected"). A client that
 // hangs up right after [DONE] was served. Replies are CONTINUE, or in
-// FULL_DUPLEX_STREAMED streamed_response echoes of each chunk.
+// FULL_DUPLEX_STREAMED streamed_response echoes of each chunk; when kvroute injected
+// include_usage they carry the chunk without the usage-only event (body_mutation.body,
+// or streamed_response; usage.go).
 // response_trailers: completion for responses that end with trailers (gRPC upstreams;
 // GIE PR #2510, envoyproxy/envoy#37088).
 //

@@ -28,7 +28,9 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 			ct = headerValue(hv)
 		}
 	}
-	st.tracker = response.NewTracker(response.StreamBody(ct, st.req != nil && st.req.Stream), 0)
+	sse := response.StreamBody(ct, st.req != nil && st.req.Stream)
+	st.tracker = response.NewTracker(sse, 0)
+	st.stripping = st.stripUsage && sse
 	if st.grant.CountsTokens() {
 		st.tracker.CountContent() // settlement without usage (not asked for, or cut) counts what streamed
 	}
@@ -55,6 +57,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	if !st.ended() {
 		if st.tracker == nil { // response header mode SKIP
 			st.tracker = response.NewTracker(st.req != nil && st.req.Stream, 0)
+			st.stripping = st.stripUsage && st.req.Stream
 		}
 		if st.tracker.Write(b.GetBody()) {
 			st.ticket.FirstToken(zeroTime)
@@ -72,7 +75,13 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 			return nil
 		}
 		st.rspEOSSent = b.GetEndOfStream()
+		if st.stripping {
+			return st.reply(st.strippedBody(b))
+		}
 		return st.reply(streamedBodyReply(false, b.GetBody(), b.GetEndOfStream()))
+	}
+	if st.stripping {
+		return st.reply(st.strippedBody(b))
 	}
 	return st.reply(bodyReply(false, nil))
 }

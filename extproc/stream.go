@@ -86,7 +86,10 @@ type stream struct {
 	tracker    *response.Tracker
 	flight     *front.Flight // the ticket's end (complete or abort, settlement); set with ticket
 	rspEOSSent bool
-	counted    bool // the request was counted on Requests (record)
+	counted    bool                 // the request was counted on Requests (record)
+	stripUsage bool                 // include_usage was injected for the client (usage.go)
+	stripping  bool                 // stripUsage, and the response is SSE: its body goes through usage
+	usage      response.UsageFilter // removes the usage-only chunk the injection added
 }
 
 func newStream(s *Server, ctx context.Context, send func(*extprocv3.ProcessingResponse) error) *stream {
@@ -407,14 +410,21 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 		st.requestID = st.ticket.RequestID
 	}
 	mut, md := st.destination()
+	sent := body
+	if complete && how != releaseHeaders {
+		sent = st.withIncludeUsage(body) // usage.go: only in the modes that allow it
+	}
 	switch how {
 	case releaseHeaders:
 		return st.reply(withMetadata(headersReply(true, &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: st.s.opt.Config.ClearRouteCache}), md))
 	case releaseBody:
 		// Header mutations in a body reply apply while Envoy still holds the headers
 		// (SVC CommonResponse.header_mutation; PS BUFFERED). content-length stays valid:
-		// the body is not mutated (PS validateContentLength).
-		return st.reply(withMetadata(bodyReply(true, &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: st.s.opt.Config.ClearRouteCache}), md))
+		// the body is not mutated (PS validateContentLength), unless include_usage was
+		// injected, which sets it to the new length.
+		cr := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: st.s.opt.Config.ClearRouteCache}
+		st.injectBuffered(cr, sent)
+		return st.reply(withMetadata(bodyReply(true, cr), md))
 	}
 	if err := st.reply(withMetadata(headersReply(true, &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: st.s.opt.Config.ClearRouteCache}), md)); err != nil {
 		return err
@@ -424,7 +434,7 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	if duplex(st.reqMode) {
 		// Envoy kept no copy of the body: every byte goes back in streamed_response, in
 		// pieces ≤ 64 KiB, end_of_stream on the last only (PS handleDuplexStreamedBodyResponse).
-		body := st.body
+		body := sent
 		for len(body) > maxStreamedChunk {
 			if err := st.reply(streamedBodyReply(true, body[:maxStreamedChunk], false)); err != nil {
 				return err

@@ -22,6 +22,7 @@ type Tokenize struct {
 	ChatTemplateUse *prometheus.GaugeVec     // model: 1 when the chat template compiled and renders
 	ShadowChecks    *prometheus.CounterVec   // model, result: shadow checks of local ids against a worker's /tokenize
 	ShadowRemote    *prometheus.GaugeVec     // model: 1 while the shadow check has switched the model to its remote path
+	ShadowLoadOnly  *prometheus.GaugeVec     // model: 1 while the shadow check has switched a model without a remote path to load-only picks
 	// The render cache (incremental chat rendering, tokenize.render_cache_bytes).
 	RenderHits          *prometheus.CounterVec // model: chat requests rendered from a cached conversation prefix
 	RenderMisses        *prometheus.CounterVec // model: chat requests rendered in full
@@ -62,6 +63,8 @@ func newTokenize(reg prometheus.Registerer) *Tokenize {
 			Name: "shadow_checks_total", Help: "Shadow checks of local token ids against the picked worker's POST /tokenize, by model and result (match, mismatch, error, dropped)."}, []string{"model", "result"})),
 		ShadowRemote: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "shadow_remote", Help: "1 while the shadow check's mismatch rate has switched the model from its local to its remote tokenization path (until restart or POST /admin/tokenize/reset)."}, []string{"model"})),
+		ShadowLoadOnly: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "shadow_load_only", Help: "1 while the shadow check's mismatch rate has switched a model with no remote tokenization path to load-only picks, without prefix-cache scoring (until restart or POST /debug/tokenize/reset)."}, []string{"model"})),
 		RenderHits: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "render_cache_hits_total", Help: "Chat requests whose conversation prefix was rendered and tokenized from the render cache (only the new messages rendered), by model."}, []string{"model"})),
 		RenderMisses: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,

@@ -79,8 +79,8 @@ func TestUsageStripperBoundsWhatItHolds(t *testing.T) {
 	for {
 		n, err := s.Read(buf)
 		out.Write(buf[:n])
-		if len(s.buf) > MaxHeld+len(s.rd) {
-			t.Fatalf("holding %d bytes", len(s.buf))
+		if len(s.f.buf) > MaxHeld+len(s.rd) {
+			t.Fatalf("holding %d bytes", len(s.f.buf))
 		}
 		if err == io.EOF {
 			break
@@ -91,5 +91,36 @@ func TestUsageStripperBoundsWhatItHolds(t *testing.T) {
 	}
 	if out.String() != big+done {
 		t.Fatalf("big event changed or usage kept: %d bytes out", out.Len())
+	}
+}
+
+// The chunk API the ext_proc server uses: the body cut at every pair of positions,
+// each piece fed in turn, gives the stripped stream; what Feed holds back comes out of
+// a later Feed or of Flush (an unterminated tail), in order.
+func TestUsageFilterChunks(t *testing.T) {
+	with := chunk1 + usageOnlyChunk + done + "data: tail"
+	want := chunk1 + done + "data: tail"
+	for i := 0; i <= len(with); i += 7 {
+		for j := i; j <= len(with); j += 11 {
+			var f UsageFilter
+			var out []byte
+			for _, piece := range []string{with[:i], with[i:j], with[j:]} {
+				out = append(out, f.Feed([]byte(piece))...)
+			}
+			out = append(out, f.Flush()...)
+			if string(out) != want {
+				t.Fatalf("cut at %d, %d: %q", i, j, out)
+			}
+		}
+	}
+	var f UsageFilter
+	if got := f.Feed([]byte(chunk1[:10])); len(got) != 0 {
+		t.Fatalf("part of an event passed on: %q", got)
+	}
+	if got := string(f.Feed([]byte(chunk1[10:] + usageOnlyChunk[:5]))); got != chunk1 {
+		t.Fatalf("completed event: %q", got)
+	}
+	if got := string(f.Feed([]byte(usageOnlyChunk[5:]))); got != "" {
+		t.Fatalf("usage chunk passed on: %q", got)
 	}
 }

@@ -35,6 +35,8 @@ MODEL=google/gemma-3-27b-it
   echo "server:"
   echo "  proxy_addr: 127.0.0.1:$PROXY"
   echo "  admin_addr: 127.0.0.1:$ADMIN"
+  echo "proxy:"
+  echo "  paths: [/v1/chat/completions, /v1/completions, /v1/models, /v1/messages]  # vllm-sim serves Anthropic's too"
   echo "models:"
   echo "  - name: $MODEL"
   echo "    block_size: 16"
@@ -59,6 +61,19 @@ if ! curl -fsS -o "$tmp/probe.json" -H 'Content-Type: application/json' \
   tail -20 "$tmp/kvroute.log" >&2
   exit 1
 fi
+
+# One Anthropic Messages call (streamed), as the official SDK sends it: vLLM's event
+# sequence comes back through kvroute, with usage on message_start and message_delta.
+if ! curl -fsS -N -o "$tmp/anthropic.sse" -H 'Content-Type: application/json' -H 'anthropic-version: 2023-06-01' \
+    -d "{\"model\":\"$MODEL\",\"max_tokens\":8,\"stream\":true,\"system\":\"You are terse.\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hello.\"}]}" \
+    "http://127.0.0.1:$PROXY/v1/messages"; then
+  echo "demo: the Anthropic call through kvroute failed; kvroute log:" >&2
+  tail -20 "$tmp/kvroute.log" >&2
+  exit 1
+fi
+echo "demo: one Anthropic call (POST /v1/messages, stream) through kvroute; events:"
+echo "demo:   $(sed -n 's/^event: //p' "$tmp/anthropic.sse" | paste -sd' ' -)"
+echo "demo:   message_delta: $(grep -A1 '^event: message_delta' "$tmp/anthropic.sse" | sed -n 's/^data: //p')"
 
 urls="http://127.0.0.1:$HTTP,http://127.0.0.1:$((HTTP + 1)),http://127.0.0.1:$((HTTP + 2))"
 metrics="http://127.0.0.1:$HTTP/metrics,http://127.0.0.1:$((HTTP + 1))/metrics,http://127.0.0.1:$((HTTP + 2))/metrics"

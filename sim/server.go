@@ -45,6 +45,9 @@ type WorkerOptions struct {
 	// is changed; an empty answer gains one), for testing a router's check of its own
 	// ids against the worker's (kvroute's shadow check). Generation is unaffected.
 	TokenizeDisagree bool
+	// AnthropicPing adds a ping event after content_block_start in /v1/messages streams,
+	// where Anthropic's API sends one; vLLM sends none (the default).
+	AnthropicPing bool
 	// KVRole enables vLLM NixlConnector P/D (pd_server.go): KVRoleProducer (a prefill
 	// worker: do_remote_decode), KVRoleConsumer (a decode worker: do_remote_prefill) or
 	// KVRoleBoth; "" none: kv_transfer_params are ignored, as vLLM without
@@ -115,6 +118,7 @@ func NewWorker(opt WorkerOptions) (*Worker, error) {
 	}
 	w.mux.HandleFunc("POST /v1/chat/completions", w.handleGenerate(true))
 	w.mux.HandleFunc("POST /v1/completions", w.handleGenerate(false))
+	w.mux.HandleFunc("POST /v1/messages", w.handleMessages)
 	w.mux.HandleFunc("POST /tokenize", w.handleTokenize)
 	w.mux.HandleFunc("GET /v1/models", w.handleModels)
 	w.mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
@@ -244,6 +248,34 @@ func (w *Worker) usage(prompt, completion, cached int) *usage {
 	return u
 }
 
+// failFunc writes an error body in the shape of the API a request came on.
+type failFunc func(rw http.ResponseWriter, status int, typ, msg string)
+
+// job is one generation request, decoded from any of the APIs the worker serves.
+type job struct {
+	api          string // "chat", "completions" or "messages"
+	prompt       []uint32
+	maxTokens    int
+	cacheSalt    string
+	adapter      string // the LoRA adapter named as model, or ""
+	stream       bool
+	includeUsage bool            // OpenAI streams: stream_options.include_usage
+	kvParams     json.RawMessage // kv_transfer_params (P/D, pd_server.go); nil on /v1/messages
+}
+
+// modelFor resolves a request's "model": the served model ("" is accepted), or one of
+// its LoRA adapters (returned as adapter); any other name is vLLM's 404.
+func (w *Worker) modelFor(rw http.ResponseWriter, model string, fail failFunc) (adapter string, ok bool) {
+	if slices.Contains(w.opt.LoRAModules, model) {
+		return model, true
+	}
+	if model != "" && model != w.opt.Model {
+		fail(rw, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", model))
+		return "", false
+	}
+	return "", true
+}
+
 func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		arrival := w.opt.Now()
@@ -257,11 +289,8 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 			apiError(rw, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
 			return
 		}
-		adapter := ""
-		if slices.Contains(w.opt.LoRAModules, body.Model) {
-			adapter = body.Model
-		} else if body.Model != "" && body.Model != w.opt.Model {
-			apiError(rw, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", body.Model))
+		adapter, ok := w.modelFor(rw, body.Model, apiError)
+		if !ok {
 			return
 		}
 		var prompt []uint32
@@ -286,44 +315,60 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 		} else if body.MaxTokens != nil {
 			maxTok = *body.MaxTokens
 		}
-		if maxTok < 1 {
-			apiError(rw, http.StatusBadRequest, "BadRequestError", "max_tokens must be at least 1")
-			return
-		}
-		if len(prompt)+maxTok > w.opt.MaxModelLen {
-			apiError(rw, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
-				"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion).",
-				w.opt.MaxModelLen, len(prompt)+maxTok, len(prompt), maxTok))
-			return
-		}
-		id := w.ids.Add(1)
-		prefix := "cmpl-"
+		j := job{api: "completions", prompt: prompt, maxTokens: maxTok, cacheSalt: body.CacheSalt, adapter: adapter, stream: body.Stream,
+			includeUsage: body.StreamOptions != nil && body.StreamOptions.IncludeUsage, kvParams: body.KVTransferParams}
 		if chat {
-			prefix = "chatcmpl-"
+			j.api = "chat"
 		}
-		rid := prefix + strconv.FormatUint(id, 10) + "-" + strconv.FormatUint(rand.Uint64()>>32, 16)
-		req := &Request{ID: rid, Prompt: prompt, MaxTokens: maxTok, CacheSalt: body.CacheSalt, LoRA: adapter}
-		if err := w.applyKVParams(r.Context(), body.KVTransferParams, req); err != nil {
-			apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
-			return
-		}
-		ch, err := w.Runner.Submit(req)
-		if err != nil {
-			apiError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
-			return
-		}
-		w.m.promptTokens.Add(float64(len(prompt)))
-		model := w.opt.Model
-		if adapter != "" {
-			model = adapter
-		}
-		s := &stream{w: w, rw: rw, chat: chat, id: rid, model: model, created: arrival.Unix(), arrival: arrival, promptLen: len(prompt)}
-		if body.Stream {
-			s.includeUsage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
-			s.sse(r, req, ch, len(prompt))
-			return
-		}
-		s.whole(r, req, ch, len(prompt))
+		w.generate(rw, r, arrival, j, apiError)
+	}
+}
+
+// generate checks a decoded request against the engine's limits, submits it and writes
+// its answer (streamed or whole) in the shape of its API.
+func (w *Worker) generate(rw http.ResponseWriter, r *http.Request, arrival time.Time, j job, fail failFunc) {
+	if j.maxTokens < 1 {
+		fail(rw, http.StatusBadRequest, "BadRequestError", "max_tokens must be at least 1")
+		return
+	}
+	if len(j.prompt)+j.maxTokens > w.opt.MaxModelLen {
+		fail(rw, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion).",
+			w.opt.MaxModelLen, len(j.prompt)+j.maxTokens, len(j.prompt), j.maxTokens))
+		return
+	}
+	id := w.ids.Add(1)
+	prefix := "chatcmpl-" // vLLM's Anthropic endpoint answers with its chat completion's id
+	if j.api == "completions" {
+		prefix = "cmpl-"
+	}
+	rid := prefix + strconv.FormatUint(id, 10) + "-" + strconv.FormatUint(rand.Uint64()>>32, 16)
+	req := &Request{ID: rid, Prompt: j.prompt, MaxTokens: j.maxTokens, CacheSalt: j.cacheSalt, LoRA: j.adapter}
+	if err := w.applyKVParams(r.Context(), j.kvParams, req); err != nil {
+		fail(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	ch, err := w.Runner.Submit(req)
+	if err != nil {
+		fail(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	w.m.promptTokens.Add(float64(len(j.prompt)))
+	model := w.opt.Model
+	if j.adapter != "" {
+		model = j.adapter
+	}
+	s := &stream{w: w, rw: rw, chat: j.api != "completions", id: rid, model: model, created: arrival.Unix(), arrival: arrival,
+		includeUsage: j.includeUsage, promptLen: len(j.prompt)}
+	switch {
+	case j.api == "messages" && j.stream:
+		s.messagesSSE(r, req, ch, len(j.prompt))
+	case j.api == "messages":
+		s.messagesWhole(r, req, ch, len(j.prompt))
+	case j.stream:
+		s.sse(r, req, ch, len(j.prompt))
+	default:
+		s.whole(r, req, ch, len(j.prompt))
 	}
 }
 
@@ -442,18 +487,18 @@ func (s *stream) sse(r *http.Request, req *Request, ch <-chan Output, promptLen 
 	}
 }
 
-func (s *stream) whole(r *http.Request, req *Request, ch <-chan Output, promptLen int) {
-	var text []byte
+// collect reads a request's outputs to the end and returns the generated text and
+// the final output; ok is false when the client went away (the request is cancelled).
+func (s *stream) collect(r *http.Request, req *Request, ch <-chan Output) (text []byte, fin Output, ok bool) {
 	var last time.Time
-	var fin Output
 	for fin.Req == nil {
 		select {
 		case <-r.Context().Done():
 			s.w.Runner.Cancel(req)
-			return
-		case o, ok := <-ch:
-			if !ok {
-				return
+			return nil, fin, false
+		case o, open := <-ch:
+			if !open {
+				return nil, fin, false
 			}
 			s.observe(o, &last)
 			text = append(text, s.w.opt.Tokenizer.Decode(o.Token)...)
@@ -461,6 +506,14 @@ func (s *stream) whole(r *http.Request, req *Request, ch <-chan Output, promptLe
 				fin = o
 			}
 		}
+	}
+	return text, fin, true
+}
+
+func (s *stream) whole(r *http.Request, req *Request, ch <-chan Output, promptLen int) {
+	text, fin, ok := s.collect(r, req, ch)
+	if !ok {
+		return
 	}
 	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": "length"}
 	obj := "text_completion"

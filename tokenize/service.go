@@ -316,7 +316,7 @@ func (s *Service) Tokenize(ctx context.Context, req *request.Request) (Result, e
 		var why string
 		switch p {
 		case PathLocal:
-			if s.shadowRemote(st) {
+			if s.shadowOff(st) {
 				why = ReasonShadow
 			} else {
 				res, why = s.local(st, req)

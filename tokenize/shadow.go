@@ -3,6 +3,7 @@ package tokenize
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/kvroute/kvroute/request"
@@ -13,8 +14,11 @@ import (
 // request path, the picked worker's POST /tokenize is asked for the same request and
 // its ids compared with the local ones. Matches and mismatches are counted per model;
 // the first mismatch of a model is logged once with its first differing position
-// (never prompt text); past a mismatch rate the model is switched to its remote path
-// (Health, the shadow_remote gauge) until a restart or ResetShadow.
+// (never prompt text); past a mismatch rate the model is switched off its local path
+// until a restart or ResetShadow: to its remote path when it has one (Health, the
+// shadow_remote gauge), else to load-only picks, without prefix-cache scoring (the
+// shadow_load_only gauge) — exact ids from nowhere beat wrong ids, which would score
+// every worker's cache against blocks no engine holds.
 
 // ShadowOptions configure the shadow check. Zero values select the defaults.
 type ShadowOptions struct {
@@ -25,8 +29,8 @@ type ShadowOptions struct {
 	// worth, at least 1); 0 means DefaultShadowMaxPerSecond.
 	MaxPerSecond float64
 	// MismatchRate is the share of mismatching checks above which the model is
-	// switched to its remote path, once MinChecks checks were made; 0 means
-	// DefaultShadowMismatchRate.
+	// switched off its local path (to remote, or load-only without one), once MinChecks
+	// checks were made; 0 means DefaultShadowMismatchRate.
 	MismatchRate float64
 	// MinChecks is the number of checks before the rate is judged; 0 means
 	// DefaultShadowMinChecks.
@@ -62,9 +66,12 @@ type ShadowHealth struct {
 	Matches    int64 `json:"matches"`
 	Mismatches int64 `json:"mismatches"`
 	Errors     int64 `json:"errors"`
-	// Remote is true when the mismatch rate switched the model to its remote path
-	// (until a restart or POST /admin/tokenize/reset).
+	// Remote is true when the mismatch rate switched the model to its remote path;
+	// LoadOnly when it switched a model without a remote path to load-only picks (its
+	// requests get no ids: Path none, reason local_shadow_mismatch). Either lasts
+	// until a restart or POST /debug/tokenize/reset.
 	Remote      bool      `json:"remote"`
+	LoadOnly    bool      `json:"load_only"`
 	SwitchedAt  time.Time `json:"switched_at,omitzero"`
 	LastDiffPos int       `json:"last_mismatch_position"` // first differing id of the last mismatch; -1 none
 	LastLocal   int       `json:"last_mismatch_local_len,omitempty"`
@@ -100,11 +107,11 @@ func (o *ShadowOptions) defaults() {
 	}
 }
 
-// shadowRemote reports whether the shadow check switched the model to its remote path.
-func (s *Service) shadowRemote(st *modelState) bool {
+// shadowOff reports whether the shadow check switched the model off its local path.
+func (s *Service) shadowOff(st *modelState) bool {
 	s.smu.Lock()
 	defer s.smu.Unlock()
-	return st.shadow.h.Remote
+	return st.shadow.h.Remote || st.shadow.h.LoadOnly
 }
 
 // Shadow is called by the router after a pick with the ids the local path produced
@@ -132,7 +139,7 @@ func (s *Service) Shadow(req *request.Request, path Path, tokens []uint32, addr 
 	now := s.now()
 	s.smu.Lock()
 	sh := &st.shadow
-	if sh.h.Remote {
+	if sh.h.Remote || sh.h.LoadOnly {
 		s.smu.Unlock()
 		return
 	}
@@ -198,9 +205,15 @@ func (s *Service) shadowCheck(st *modelState, req *request.Request, local []uint
 	st.shadow.logged = true
 	n := h.Matches + h.Mismatches
 	switched := false
-	if !h.Remote && n >= int64(s.shadowOpt.MinChecks) && float64(h.Mismatches)/float64(n) > s.shadowOpt.MismatchRate {
-		h.Remote, h.SwitchedAt, switched = true, s.now(), true
+	if !h.Remote && !h.LoadOnly && n >= int64(s.shadowOpt.MinChecks) && float64(h.Mismatches)/float64(n) > s.shadowOpt.MismatchRate {
+		h.SwitchedAt, switched = s.now(), true
+		if slices.Contains(st.paths, PathRemote) {
+			h.Remote = true
+		} else {
+			h.LoadOnly = true
+		}
 	}
+	loadOnly := h.LoadOnly
 	mm, rate := h.Mismatches, float64(h.Mismatches)/float64(n)
 	s.smu.Unlock()
 	if first {
@@ -209,9 +222,15 @@ func (s *Service) shadowCheck(st *modelState, req *request.Request, local []uint
 			"first_difference", d, "local_tokens", len(local), "worker_tokens", len(remote))
 		s.log.Debug("shadow check mismatch detail", "model", name, "local_id", idAt(local, d), "worker_id", idAt(remote, d))
 	}
-	if switched {
+	switch {
+	case switched && loadOnly:
+		s.m.ShadowLoadOnly.WithLabelValues(name).Set(1)
+		s.log.Warn("shadow check: mismatch rate over the limit and the model has no remote tokenization path (models[].tokenize_paths); "+
+			"its requests are now picked on load alone, without prefix-cache scoring, until restart or POST /debug/tokenize/reset",
+			"model", name, "mismatches", mm, "checks", n, "rate", rate, "limit", s.shadowOpt.MismatchRate)
+	case switched:
 		s.m.ShadowRemote.WithLabelValues(name).Set(1)
-		s.log.Warn("shadow check: mismatch rate over the limit; the model now uses its remote tokenization path until restart or POST /admin/tokenize/reset",
+		s.log.Warn("shadow check: mismatch rate over the limit; the model now uses its remote tokenization path until restart or POST /debug/tokenize/reset",
 			"model", name, "mismatches", mm, "checks", n, "rate", rate, "limit", s.shadowOpt.MismatchRate)
 	}
 }
@@ -228,6 +247,7 @@ func (s *Service) ResetShadow(model string) bool {
 		found = true
 		st.shadow = shadowState{h: ShadowHealth{Enabled: st.shadow.h.Enabled, LastDiffPos: -1}}
 		s.m.ShadowRemote.WithLabelValues(name).Set(0)
+		s.m.ShadowLoadOnly.WithLabelValues(name).Set(0)
 	}
 	s.smu.Unlock()
 	return found

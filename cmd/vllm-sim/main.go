@@ -1,5 +1,5 @@
 // Command vllm-sim runs one or more simulated vLLM workers: the OpenAI API with SSE
-// streaming, /tokenize, /metrics with vLLM's metric names, /health, /reset_prefix_cache,
+// streaming, Anthropic's /v1/messages as vLLM serves it, /tokenize, /metrics with vLLM's metric names, /health, /reset_prefix_cache,
 // and vLLM KV cache events over ZMQ (PUB + ROUTER replay). Worker i listens on
 // --port+i and publishes on --kv-port+i (replay on --kv-replay-port+i).
 //
@@ -64,6 +64,7 @@ func run(args []string) error {
 	kvLatency := fs.Duration("kv-transfer-latency", 0, "fixed time added to each KV read of a decode worker")
 	kvHold := fs.Duration("kv-hold-timeout", sim.DefaultKVHoldTimeout, "a prefill worker frees KV no decode worker read after this (vLLM VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
 	disagree := fs.Bool("tokenize-disagree", false, "POST /tokenize answers wrong ids on purpose (the last id changed), to test a router's shadow check; generation is unaffected")
+	ping := fs.Bool("anthropic-ping", false, "/v1/messages streams carry a ping event after content_block_start, as Anthropic's API sends (vLLM sends none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func run(args []string) error {
 	}()
 	for i := 0; i < *n; i++ {
 		opt := sim.WorkerOptions{Profile: prof, Model: *model, PromptTokensDetails: *details, DefaultMaxTokens: *defMax, TextTokens: textTokens,
-			TokenizeDisagree: *disagree, LoRAModules: adapters, KVRole: *kvRole, KVHoldTimeout: *kvHold}
+			TokenizeDisagree: *disagree, LoRAModules: adapters, KVRole: *kvRole, KVHoldTimeout: *kvHold, AnthropicPing: *ping}
 		if *seed != 0 {
 			opt.Seed = *seed + uint64(i)
 		}
