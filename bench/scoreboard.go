@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/sim"
 	"github.com/kvroute/kvroute/workers"
 )
@@ -57,6 +58,9 @@ type Row struct {
 	// Roles are the workers' prefill/decode roles on P/D rows (pd.go); the
 	// kvroute_aggregated policy runs without them.
 	Roles []workers.Role
+	// Admission, on overload rows (overload.go), is the class kvroute runs behind
+	// (peers and kvroute_admit_all run without it).
+	Admission *config.Class
 }
 
 // ScoreboardOptions selects the scoreboard's rows.
@@ -184,6 +188,9 @@ func ScoreboardRows(o ScoreboardOptions) []Row {
 		Slow: []Slowdown{{Worker: 0, At: 2 * time.Minute, Factor: 3}}, Seeds: seeds(15), SLO: slo})
 	rows = append(rows, loraRows(seeds, slo)...)
 	rows = append(rows, pdRows(seeds, slo)...)
+	if _, err := os.Stat(o.TracePath); err == nil && o.TracePath != "" {
+		rows = append(rows, overloadRows(o.TracePath, slo)...)
+	}
 	gl := SharedPrefixOptions{Prefixes: 8, PrefixTokens: 6000, SuffixTokens: 200, OutputTokens: 256, Requests: 300}
 	rows = append(rows, Row{Key: "guidellm", Name: "GuideLLM-like closed loop (29 streams, 8 × 6k prefixes, 256 output)",
 		Goal: GoalLevel, Workload: sharedPrefix(gl), Arrivals: "streams:29", Workers: 3, Profile: "l40s-27b", Seeds: seeds(15), SLO: slo})
@@ -312,15 +319,20 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 					var prof sim.Profile
 					if prof, err = sim.LookupProfile(r.Profile); err == nil {
 						prof.MaxLoRAs, prof.LoRALoadTime = r.MaxLoRAs, r.LoRALoad
-						pol, roles := policies[j.pol], r.Roles
-						if pol == PolicyAggregated {
+						pol, roles, adm := policies[j.pol], r.Roles, r.Admission
+						switch {
+						case pol == PolicyAggregated:
 							pol, roles = "kvroute", nil
+						case pol == PolicyAdmitAll:
+							pol, adm = "kvroute", nil
+						case pol != "kvroute":
+							adm = nil
 						}
 						if roles != nil {
 							PDProfile(&prof)
 						}
 						var rs []Result
-						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: pol, Arrivals: a, Roles: roles,
+						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: pol, Arrivals: a, Roles: roles, Admission: adm,
 							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover, UtilizationBacklog: o.UtilizationBacklog})
 						if err == nil {
 							o2.s = Summarize(policies[j.pol], a.String(), rs, r.SLO, 0, WorkerNames(r.Workers))
@@ -379,7 +391,7 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 }
 
 // Peer policies are every policy but kvroute's own two.
-func isPeer(p string) bool { return p != "kvroute" && p != "kvroute_static" }
+func isPeer(p string) bool { return p != "kvroute" && p != "kvroute_static" && p != PolicyAdmitAll }
 
 // Verdict is one row's comparison of kvroute with its peers.
 type Verdict struct {
@@ -400,6 +412,9 @@ type Verdict struct {
 func (r *RowResult) Judge() Verdict {
 	if r.Goal == GoalPDLead || r.Goal == GoalPDLevel {
 		return r.judgePD()
+	}
+	if r.Goal == GoalOverload || r.Goal == GoalOverloadLevel {
+		return r.judgeOverload()
 	}
 	var v Verdict
 	best := func(cur *SeedSummary, s *SeedSummary, get func(*SeedSummary) float64, lower bool) *SeedSummary {
@@ -504,6 +519,9 @@ func WriteScoreboard(w io.Writer, rs []RowResult, elapsed time.Duration, command
 		}
 		if r.Row.Roles != nil {
 			met += pdNote(&v)
+		}
+		if r.Row.Admission != nil {
+			met += overloadNote(r, &v)
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s |\n", r.Name, r.Goal, seeds, kvp90,
 			policyName(v.BestP90), peerp90, fmtRatio(v.P50), policyName(v.BestP50), fmtRatio(v.P90), fmtRatio(v.P99), policyName(v.BestP99),

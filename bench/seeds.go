@@ -72,9 +72,11 @@ type SeedSummary struct {
 	E2Ep50   Spread `json:"e2e_p50_s"`
 	E2Ep99   Spread `json:"e2e_p99_s"`
 	Goodput  Spread `json:"goodput_rpm"`
-	HitRatio Spread `json:"cache_hit_ratio"`
-	PredMAE  Spread `json:"prediction_mae_s"`
-	ITLp90   Spread `json:"itl_p90_s"` // p90 of the requests' mean inter-token latency
+	// Throughput: completed requests per minute (goodput's denominator on overload rows).
+	Throughput Spread `json:"throughput_rpm"`
+	HitRatio   Spread `json:"cache_hit_ratio"`
+	PredMAE    Spread `json:"prediction_mae_s"`
+	ITLp90     Spread `json:"itl_p90_s"` // p90 of the requests' mean inter-token latency
 	// AdapterLoads is LoRA adapter loads per 1,000 requests (LoRA workloads).
 	AdapterLoads Spread `json:"adapter_loads_per_1k"`
 }
@@ -102,6 +104,7 @@ func AggregateSeeds(ss []Summary) SeedSummary {
 	out.E2Ep50 = col(func(s Summary) float64 { return s.E2Ep50 })
 	out.E2Ep99 = col(func(s Summary) float64 { return s.E2Ep99 })
 	out.Goodput = col(func(s Summary) float64 { return s.Goodput })
+	out.Throughput = col(func(s Summary) float64 { return s.Throughput })
 	out.ITLp90 = col(func(s Summary) float64 { return s.ITLp90 })
 	out.HitRatio = col(func(s Summary) float64 { return s.HitRatio })
 	out.AdapterLoads = col(func(s Summary) float64 { return s.AdapterLoadsPer1k })
