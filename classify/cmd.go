@@ -187,7 +187,7 @@ func CrossValidate(rows []Row, k int, opt TrainOptions) ([]Report, error) {
 
 func cmdEval(args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("kvroute classify eval", pflag.ContinueOnError)
-	model := fs.String("model", "", "model file written by `kvroute classify train`")
+	model := fs.String("model", "", "model file written by \"kvroute classify train\"")
 	data := fs.String("data", "", "labelled JSONL rows {\"text\", \"label\"} (gzip or plain)")
 	if err := parse(fs, args, stderr, "model", "data"); err != nil {
 		return err

@@ -69,7 +69,7 @@ func newAdmission(reg prometheus.Registerer) *Admission {
 		Requests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "requests_total", Help: "Requests by tenant (bounded), class and outcome, once each when settled or refused." + tenantBound}, []string{"tenant", "class", "outcome"})),
 		Refused: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
-			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded), class and reason (tokens, requests, concurrency, unauthenticated, auth_throttled, unavailable: fail_closed while the redis budget backend is down)." + tenantBound}, []string{"tenant", "class", "reason"})),
+			Name: "refused_total", Help: "Requests refused by admission, by tenant (bounded), class and reason (tokens, requests, concurrency, unauthenticated, auth_throttled, slo_miss: no worker predicted within the class objective under on_slo_miss refuse or scoring.shed_on_slo_miss, unavailable: fail_closed while the redis budget backend is down)." + tenantBound}, []string{"tenant", "class", "reason"})),
 		TokensReserved: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "reserved_tokens_total", Help: "Tokens reserved at admission, by tenant (bounded), class and kind (uncached, cached: prompt tokens as the router counted them for the picked worker; output: the estimate), raw before weights." + tenantBound}, []string{"tenant", "class", "kind"})),
 		TokensSettled: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,

@@ -30,7 +30,7 @@ type Router struct {
 
 func newRouter(reg prometheus.Registerer) *Router {
 	const sub = "router"
-	return &Router{
+	r := &Router{
 		PromptsCapped: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "prompts_capped_total", Help: "Requests whose prompt exceeded the tokens routing considers (models[].max_model_len or router.max_prompt_tokens); only that many leading tokens were hashed, looked up and booked."})),
 		SpecWithdrawn: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
@@ -76,4 +76,6 @@ func newRouter(reg prometheus.Registerer) *Router {
 		SLOPressure: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "slo_pressure", Help: "Pressure a class refusing on SLO miss puts on classes of lower priority (their refusal threshold is divided by it): above 1 while the class meets its objective less often than its slo_attainment; by class (configured classes)."}, []string{"class"})),
 	}
+	r.SLOMargin.Set(1) // the margin before any feedback
+	return r
 }

@@ -23,8 +23,9 @@ type scaledObject struct {
 			Name string `yaml:"name"`
 		} `yaml:"scaleTargetRef"`
 		Triggers []struct {
-			Type     string            `yaml:"type"`
-			Metadata map[string]string `yaml:"metadata"`
+			Type       string            `yaml:"type"`
+			MetricType string            `yaml:"metricType"`
+			Metadata   map[string]string `yaml:"metadata"`
 		} `yaml:"triggers"`
 	} `yaml:"spec"`
 }
@@ -62,6 +63,16 @@ func TestScaledObjectQueriesExportedMetrics(t *testing.T) {
 		if tr.Type != "prometheus" || q == "" || tr.Metadata["threshold"] == "" || tr.Metadata["serverAddress"] == "" {
 			t.Errorf("trigger %+v: want a prometheus trigger with serverAddress, query and threshold", tr)
 			continue
+		}
+		// A per-fleet signal (drain time, refusal rate) must be compared as is: KEDA's
+		// default AverageValue divides it by the replica count, so a busy fleet would
+		// be scaled down. Only the summed queued tokens are a per-replica average.
+		want := "Value"
+		if strings.Contains(q, "in_flight_prefill_tokens") {
+			want = "AverageValue"
+		}
+		if tr.MetricType != want {
+			t.Errorf("%q: metricType %q, want %q", q, tr.MetricType, want)
 		}
 		refs, err := grafana.Scan(q)
 		if err != nil {
