@@ -154,8 +154,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 		t.Predicted = pd.Predicted
 	}
 	if in.SLO > 0 { // its outcome calibrates its class's refusal margin and pressure
-		t.slo = in.cls
-		t.slo.SLO = in.SLO
+		t.slo = in.cls // in.cls.SLO is in.SLO
 		if in.Degraded == "" {
 			t.sloPred = t.Predicted.TTFT
 		}
@@ -197,9 +196,12 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 type input struct {
 	scoring.Input
 	path       tokenize.Path
-	regVersion uint64 // the registry version the candidates were read at
-	wait       bool   // PickOptions.Classify allowed waiting
-	cls        ClassPolicy
+	regVersion uint64      // the registry version the candidates were read at
+	wait       bool        // PickOptions.Classify allowed waiting
+	cls        ClassPolicy // its SLO is the objective in.SLO
+	// sloMargin, sloPressure: with RefuseAbove, the margin and the class's own pressure
+	// threshold read (the autoscaling gauges).
+	sloMargin, sloPressure float64
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
@@ -270,8 +272,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		in.SLO, in.wait, in.RefuseOnSLOMiss = in.cls.SLO, in.cls.Wait, in.cls.RefuseOnSLOMiss
 	}
 	if in.RefuseOnSLOMiss && in.SLO > 0 {
-		in.cls.SLO = in.SLO
-		in.RefuseAbove = r.sloMargin.threshold(in.cls, in.Now)
+		in.RefuseAbove, in.sloMargin, in.sloPressure = r.sloMargin.threshold(in.cls, in.Now)
 	}
 	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
 		// Routing considers the first limit tokens: what is hashed, looked up and booked

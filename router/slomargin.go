@@ -120,9 +120,10 @@ func (s *sloMargins) classLocked(cp ClassPolicy) *sloClass {
 	return c
 }
 
-// threshold returns the predicted TTFT past which a request of cp is refused, and
-// counts the misses whose deadline has passed by now.
-func (s *sloMargins) threshold(cp ClassPolicy, now time.Time) time.Duration {
+// threshold returns the predicted TTFT past which a request of cp is refused, with
+// the margin (the 90th percentile) and cp's own pressure it read, and counts the
+// misses whose deadline has passed by now.
+func (s *sloMargins) threshold(cp ClassPolicy, now time.Time) (limit time.Duration, margin, pressure float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -140,7 +141,7 @@ func (s *sloMargins) threshold(cp ClassPolicy, now time.Time) time.Duration {
 	if top && lower {
 		m = s.p50.m
 	}
-	return time.Duration(float64(cp.SLO) / (m * p))
+	return time.Duration(float64(cp.SLO) / (m * p)), s.p90.m, c.p
 }
 
 // admitted registers t, picked with an objective, for its outcome: a streamed one is
@@ -270,9 +271,8 @@ func (r *Router) observeScaling(in *input, d scoring.Decision) {
 		}
 		r.m.BestTTFT.WithLabelValues(in.Model).Set(best.Seconds())
 	}
-	if in.RefuseOnSLOMiss && in.SLO > 0 {
-		m, _, p := r.sloMargin.margins(in.cls.Class)
-		r.m.SLOMargin.Set(m)
-		r.m.SLOPressure.WithLabelValues(in.cls.Class).Set(p)
+	if in.RefuseAbove > 0 {
+		r.m.SLOMargin.Set(in.sloMargin)
+		r.m.SLOPressure.WithLabelValues(in.cls.Class).Set(in.sloPressure)
 	}
 }

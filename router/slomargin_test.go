@@ -55,20 +55,20 @@ func TestSLOMarginsCountAMissAtTheDeadline(t *testing.T) {
 	cp := ClassPolicy{SLO: time.Second, RefuseOnSLOMiss: true}
 	tk := picked(cp, 500*time.Millisecond)
 	s.admitted(tk, true, t0)
-	if got := s.threshold(cp, t0.Add(999*time.Millisecond)); got != time.Second {
+	if got := limitOf(&s, cp, t0.Add(999*time.Millisecond)); got != time.Second {
 		t.Fatalf("threshold before the deadline %v, want 1s (margin 1)", got)
 	}
-	got := s.threshold(cp, t0.Add(time.Second))
+	got := limitOf(&s, cp, t0.Add(time.Second))
 	want := time.Duration(float64(time.Second) / math.Exp(sloMarginStep*0.9))
 	if math.Abs(float64(got-want)) > float64(time.Microsecond) {
 		t.Fatalf("threshold after the deadline %v, want %v (one miss)", got, want)
 	}
 	s.observe(tk, 2*time.Second) // the late first token: already counted
-	if g := s.threshold(cp, t0.Add(time.Second)); g != got {
+	if g := limitOf(&s, cp, t0.Add(time.Second)); g != got {
 		t.Fatalf("threshold moved on a second count: %v → %v", got, g)
 	}
 	s.observe(picked(cp, 0), 10*time.Second) // no prediction: margins stay
-	if g := s.threshold(cp, t0.Add(time.Second)); g != got {
+	if g := limitOf(&s, cp, t0.Add(time.Second)); g != got {
 		t.Fatalf("a pick without a prediction moved the margin: %v → %v", got, g)
 	}
 	// non-streamed: not on the deadline heap; counted met when it completes in time
@@ -85,8 +85,8 @@ func TestSLOPressureProtectsTheHigherClass(t *testing.T) {
 	var s sloMargins
 	hi := ClassPolicy{SLO: 8 * time.Second, RefuseOnSLOMiss: true, Class: "hi", Priority: 10, Attainment: 0.95}
 	lo := ClassPolicy{SLO: 8 * time.Second, RefuseOnSLOMiss: true, Class: "lo"}
-	s.threshold(hi, t0)
-	if g := s.threshold(lo, t0); g != 8*time.Second {
+	limitOf(&s, hi, t0)
+	if g := limitOf(&s, lo, t0); g != 8*time.Second {
 		t.Fatalf("lo threshold with no feedback %v, want 8s", g)
 	}
 	for i := 0; i < 40; i++ {
@@ -97,10 +97,10 @@ func TestSLOPressureProtectsTheHigherClass(t *testing.T) {
 	if math.Abs(p-want) > 1e-9 {
 		t.Fatalf("hi pressure %v after 40 refusals, want %v", p, want)
 	}
-	if g, w := s.threshold(lo, t0), time.Duration(float64(8*time.Second)/want); math.Abs(float64(g-w)) > float64(time.Microsecond) {
+	if g, w := limitOf(&s, lo, t0), time.Duration(float64(8*time.Second)/want); math.Abs(float64(g-w)) > float64(time.Microsecond) {
 		t.Fatalf("lo threshold %v, want %v", g, w)
 	}
-	if g := s.threshold(hi, t0); g != 8*time.Second {
+	if g := limitOf(&s, hi, t0); g != 8*time.Second {
 		t.Fatalf("hi is not pressed by itself or by lower classes: %v", g)
 	}
 	// hi's margin is the median one: ratios 1..2 give p50 ≈ 1.5 while p90 ≈ 1.9
@@ -112,10 +112,10 @@ func TestSLOPressureProtectsTheHigherClass(t *testing.T) {
 	if p != 1 {
 		t.Fatalf("hi pressure %v after 20,000 met requests, want 1", p)
 	}
-	if g, w := s.threshold(hi, t0), time.Duration(float64(8*time.Second)/m50); g != w || m50 >= m {
+	if g, w := limitOf(&s, hi, t0), time.Duration(float64(8*time.Second)/m50); g != w || m50 >= m {
 		t.Fatalf("hi threshold %v, want %v (median margin %v < p90 %v)", g, w, m50, m)
 	}
-	if g, w := s.threshold(lo, t0), time.Duration(float64(8*time.Second)/m); g != w {
+	if g, w := limitOf(&s, lo, t0), time.Duration(float64(8*time.Second)/m); g != w {
 		t.Fatalf("lo threshold %v, want %v (p90 margin, no pressure)", g, w)
 	}
 }
@@ -128,5 +128,27 @@ func TestSLOClassesBounded(t *testing.T) {
 	}
 	if len(s.classes) > sloMaxClasses+1 { // + the shared ""
 		t.Fatalf("%d classes kept, bound %d", len(s.classes), sloMaxClasses+1)
+	}
+}
+
+// limitOf is threshold's refusal limit alone.
+func limitOf(s *sloMargins, cp ClassPolicy, now time.Time) time.Duration {
+	l, _, _ := s.threshold(cp, now)
+	return l
+}
+
+// threshold hands back the margin and the class's own pressure it read: the values
+// margins reports (the gauges are set from them).
+func TestSLOThresholdReportsWhatItRead(t *testing.T) {
+	var s sloMargins
+	hi := ClassPolicy{SLO: 8 * time.Second, RefuseOnSLOMiss: true, Class: "hi", Priority: 10}
+	for i := 0; i < 10; i++ {
+		s.refused(hi)
+		s.observe(picked(hi, time.Second), 3*time.Second)
+	}
+	_, m, p := s.threshold(hi, t0)
+	wm, _, wp := s.margins("hi")
+	if m != wm || p != wp || m <= 1 || p <= 1 {
+		t.Fatalf("threshold read margin %v pressure %v, margins says %v %v (both > 1 after misses)", m, p, wm, wp)
 	}
 }
