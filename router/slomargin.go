@@ -47,6 +47,12 @@ const (
 	// objective when the class does not say (config admission.classes[].slo_attainment).
 	DefaultSLOAttainment = 0.9
 	sloMaxClasses        = 256 // class names come from the config; past this many they share ""
+	// A ticket waits on the deadline heap (held there after it ends) only when its
+	// objective is within sloDueHorizon, and only while the heap holds fewer than
+	// sloMaxDue tickets: a client's x-slo-ttft-ms (up to 10⁹ ms) must not make the
+	// router keep every ticket for days. Others still count at their first token.
+	sloDueHorizon = 5 * time.Minute
+	sloMaxDue     = 1 << 16
 )
 
 // step is one Robbins–Monro step of v towards the level at which a share alpha of the
@@ -151,7 +157,7 @@ func (s *sloMargins) admitted(t *Ticket, stream bool, now time.Time) {
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.expireLocked(now)
-	if stream {
+	if stream && t.slo.SLO <= sloDueHorizon && len(s.due) < sloMaxDue {
 		heap.Push(&s.due, t)
 	}
 }

@@ -76,6 +76,17 @@ func TestSLOMarginsCountAMissAtTheDeadline(t *testing.T) {
 	if len(s.due) != 0 {
 		t.Fatalf("a non-streamed ticket is on the deadline heap")
 	}
+	// a client's objective of days is not held on the heap, and the heap is bounded
+	s.admitted(picked(ClassPolicy{SLO: 240 * time.Hour}, time.Second), true, t0)
+	if len(s.due) != 0 {
+		t.Fatalf("a ticket with a 10-day objective is on the deadline heap")
+	}
+	for i := 0; i < sloMaxDue+10; i++ {
+		s.admitted(picked(ClassPolicy{SLO: time.Minute}, time.Second), true, t0)
+	}
+	if len(s.due) != sloMaxDue {
+		t.Fatalf("deadline heap holds %d tickets, bound %d", len(s.due), sloMaxDue)
+	}
 }
 
 // Priority: while a class of higher priority misses its attainment, every lower class
