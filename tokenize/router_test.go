@@ -43,8 +43,9 @@ func TestRouterUsesService(t *testing.T) {
 		t.Errorf("qwen3 pick: path %s, %d prompt tokens, degraded %q; want local with %d tokens", tk.Path, tk.PromptTokens, tk.Degraded, len(ids[0]))
 	}
 	tk.Abort()
-	req.Model = "plain"
-	tk, err = r.Pick(context.Background(), req, router.PickOptions{})
+	// a new request: the first one may still be read by its sampled shadow check
+	req2, _ := request.Parse(request.APIChat, []byte(`{"model":"plain","messages":[{"role":"user","content":"Hello there"}]}`))
+	tk, err = r.Pick(context.Background(), req2, router.PickOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
