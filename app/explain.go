@@ -25,6 +25,7 @@ const explainTimeout = 10 * time.Second
 // ExplainWorker is one candidate in the explain view; durations are in seconds.
 type ExplainWorker struct {
 	Worker          string         `json:"worker"`
+	Role            string         `json:"role,omitempty"` // prefill, decode or both (docs/pd.md); "" aggregated
 	CachedTokens    int            `json:"cached_tokens"`
 	CachedBlocks    map[string]int `json:"cached_blocks_by_tier,omitempty"`
 	Booked          scoring.Booked `json:"booked"`
@@ -51,6 +52,24 @@ type ExplainResponse struct {
 	Shed         bool            `json:"shed"`
 	RetryAfter   float64         `json:"retry_after_seconds,omitempty"`
 	Workers      []ExplainWorker `json:"workers"`
+	// Pair is the pair pick on a pool with prefill/decode roles (docs/pd.md); absent on
+	// an aggregated pool. Chosen is then its decode worker.
+	Pair *ExplainPair `json:"pair,omitempty"`
+}
+
+// ExplainPair is the prefill/decode pair the router would pick; durations in seconds.
+type ExplainPair struct {
+	DecodeWorker  string `json:"decode_worker,omitempty"`  // "" when shed
+	PrefillWorker string `json:"prefill_worker,omitempty"` // "" when the decode worker prefills locally
+	// Decision is "remote" (PrefillWorker prefills, its KV moves to DecodeWorker) or
+	// "local" (DecodeWorker prefills itself), as kvroute_router_pd_decisions_total counts.
+	Decision string `json:"decision,omitempty"`
+	// TransferSeconds is the predicted time from the end of the remote prefill to the
+	// decode worker's first step (0 local); PredictedTTFT the pair's, transfer included.
+	TransferSeconds float64 `json:"transfer_seconds"`
+	PredictedTTFT   float64 `json:"predicted_ttft_seconds"`
+	// PrefillPredictedTTFT is the prefill worker's own prediction for the prefill leg.
+	PrefillPredictedTTFT float64 `json:"prefill_predicted_ttft_seconds,omitempty"`
 }
 
 // debugExplain answers GET /debug/explain: the body is a request as a client would send
@@ -128,7 +147,7 @@ func explainResponse(policy string, api request.API, ex *router.Explanation) Exp
 		Reason: d.Reason, Shed: d.Shed, RetryAfter: d.RetryAfter.Seconds(), Workers: make([]ExplainWorker, len(ex.Candidates))}
 	tiers := [...]string{kvindex.TierGPU: "gpu", kvindex.TierCPU: "cpu", kvindex.TierDisk: "disk", kvindex.TierOther: "other"}
 	for i, c := range ex.Candidates {
-		ew := ExplainWorker{Worker: c.Worker.Name, CachedTokens: c.CachedTokens, Booked: c.Booked, Load: c.Load,
+		ew := ExplainWorker{Worker: c.Worker.Name, Role: string(c.Worker.Role), CachedTokens: c.CachedTokens, Booked: c.Booked, Load: c.Load,
 			Chosen: !d.Shed && d.Index == i}
 		for t, n := range c.Cached.ByTier {
 			if n > 0 {
@@ -148,6 +167,28 @@ func explainResponse(policy string, api request.API, ex *router.Explanation) Exp
 			out.Chosen = c.Worker.Name
 		}
 		out.Workers[i] = ew
+	}
+	if pd := ex.Pair; pd != nil {
+		out.Pair = explainPair(pd, ex)
+	}
+	return out
+}
+
+// explainPair is the explain view of the pair pick pd.
+func explainPair(pd *scoring.PairDecision, ex *router.Explanation) *ExplainPair {
+	out := &ExplainPair{}
+	if pd.Shed || pd.Index < 0 || pd.Index >= len(ex.Candidates) {
+		return out
+	}
+	out.DecodeWorker, out.Decision = ex.Candidates[pd.Index].Worker.Name, "local"
+	p := pd.Predicted
+	if p.TTFT <= 0 && pd.Index < len(pd.Predictions) {
+		p = pd.Predictions[pd.Index] // a policy without pair predictions: its own
+	}
+	out.PredictedTTFT, out.TransferSeconds = p.TTFT.Seconds(), p.Transfer.Seconds()
+	if q := pd.Prefill; q >= 0 && q < len(ex.Candidates) && q != pd.Index {
+		out.PrefillWorker, out.Decision = ex.Candidates[q].Worker.Name, "remote"
+		out.PrefillPredictedTTFT = pd.PrefillPredicted.TTFT.Seconds()
 	}
 	return out
 }

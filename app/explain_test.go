@@ -117,3 +117,42 @@ func TestExplainErrors(t *testing.T) {
 		}
 	}
 }
+
+// On a pool with prefill/decode roles the explain view shows the pair pick: a long
+// prompt's prefill worker, decode worker, the remote decision and its transfer time; a
+// short prompt's local prefill on the decode worker.
+func TestExplainShowsThePair(t *testing.T) {
+	cfg := config.Default()
+	cfg.Models = []config.Model{{Name: "m", BlockSize: 16}}
+	cfg.Workers = []config.Worker{{Name: "d0", Address: "127.0.0.1:9001", Role: "decode"},
+		{Name: "p0", Address: "127.0.0.1:9002", Role: "prefill"}}
+	a, err := New(&cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := func(n int) string {
+		return `{"model":"m","prompt":[` + strings.TrimSuffix(strings.Repeat("7,", n), ",") + `]}`
+	}
+	rec, out := explain(t, a, "/debug/explain?path=/v1/completions", prompt(8192), nil)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	p := out.Pair
+	if p == nil || p.PrefillWorker != "p0" || p.DecodeWorker != "d0" || p.Decision != "remote" || out.Chosen != "d0" {
+		t.Fatalf("long prompt: pair %+v chosen %q, want p0 → d0 remote", p, out.Chosen)
+	}
+	if p.TransferSeconds <= 0 || p.PredictedTTFT <= p.TransferSeconds || p.PrefillPredictedTTFT <= 0 ||
+		p.PredictedTTFT-p.TransferSeconds-p.PrefillPredictedTTFT > 1e-9 {
+		t.Fatalf("long prompt: pair prediction %+v, want the leg plus the transfer", p)
+	}
+	if out.Workers[0].Role != "decode" || out.Workers[1].Role != "prefill" {
+		t.Fatalf("roles %+v", out.Workers)
+	}
+	_, out = explain(t, a, "/debug/explain?path=/v1/completions", prompt(64), nil)
+	if p := out.Pair; p == nil || p.PrefillWorker != "" || p.DecodeWorker != "d0" || p.Decision != "local" || p.TransferSeconds != 0 {
+		t.Fatalf("short prompt: pair %+v, want d0 prefilling locally", p)
+	}
+	if _, agg := explain(t, explainApp(t, "kvroute"), "/debug/explain", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil); agg.Pair != nil {
+		t.Fatalf("aggregated pool shows a pair %+v", agg.Pair)
+	}
+}

@@ -12,8 +12,12 @@ import (
 type Explanation struct {
 	Input      *scoring.Input
 	Candidates []scoring.Candidate
-	Decision   scoring.Decision
+	Decision   scoring.Decision // Decision.Index: the worker that answers (the decode worker of a pair)
 	Path       tokenize.Path
+	// Pair is the pair pick on a pool with prefill/decode roles (docs/pd.md): its
+	// Prefill (−1: the decode worker prefills locally), the pair's prediction with its
+	// Transfer; nil on an aggregated pool.
+	Pair *scoring.PairDecision
 }
 
 // Explain computes what Pick would decide for req, without booking, speculating or
@@ -39,6 +43,14 @@ func (r *Router) Explain(ctx context.Context, req *request.Request, opt PickOpti
 	for i := range cands {
 		r.bookedLocked(&cands[i], in.Now, in.BlockSize)
 	}
-	d := r.opt.Policy.Pick(&in.Input, cands)
-	return &Explanation{Input: &in.Input, Candidates: cands, Decision: d, Path: in.path}, nil
+	pair := disaggregated(cands)
+	if pair && !anyDecodes(cands) {
+		return nil, r.noHealthy(req.Model)
+	}
+	pd := r.decideLocked(in, cands, pair)
+	ex := &Explanation{Input: &in.Input, Candidates: cands, Decision: pd.Decision, Path: in.path}
+	if pair {
+		ex.Pair = &pd
+	}
+	return ex, nil
 }

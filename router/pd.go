@@ -142,6 +142,17 @@ func anyDecodes(cands []scoring.Candidate) bool {
 	return false
 }
 
+// decideLocked is the policy's decision for a pick, Explain and the wait's dry run
+// alike: the pair pick (pickPairLocked) on a disaggregated pool, else the policy's Pick
+// (Prefill −1). Either refuses by the same rule (the policy's admission: scoring's
+// refusal, the router's calibrated threshold in Input.RefuseAbove). Caller holds r.mu.
+func (r *Router) decideLocked(in *input, cands []scoring.Candidate, pair bool) scoring.PairDecision {
+	if pair {
+		return r.pickPairLocked(in, cands)
+	}
+	return scoring.PairDecision{Decision: r.opt.Policy.Pick(&in.Input, cands), Prefill: -1}
+}
+
 // pickPairLocked chooses the decode worker and, unless it prefills locally, the prefill
 // worker: the policy's PickPair when it is a scoring.PairPicker, else the plain pair
 // pick — the policy's Pick among the workers that prefill (prefill, both, aggregated;

@@ -275,3 +275,59 @@ func TestPDPairPickerPolicy(t *testing.T) {
 	}
 	tk.Done(200, response.Usage{}, time.Time{})
 }
+
+// pdPredictorRouter: the P/D fixture's pool under kvroute's own policy (a
+// scoring.PairPicker), with the model's KV size and the saturation rule given.
+func pdPredictorRouter(t *testing.T, sat Saturation) *fixture {
+	f, _ := pdFixture(t)
+	f.r = New(Options{Registry: f.reg, Models: []Model{{Name: "m", BlockSize: 16, KVBytesPerToken: 1 << 20}},
+		Policy: scoring.NewPredictor(scoring.DefaultOptions(), false), Saturation: sat, TicketTTL: time.Minute, Metrics: f.ms, Now: f.clk.now})
+	return f
+}
+
+// The pair pick goes through the aggregated pick's admission: a request whose pair
+// (prefill leg plus transfer) is predicted past its objective is refused with
+// slo_miss, although the prefill leg alone would meet it.
+func TestPDRefusesOnSLOMiss(t *testing.T) {
+	tk := pdPredictorRouter(t, Saturation{}).pdPick(t, 8192, 1)
+	leg, pair := tk.pf.predicted.TTFT, tk.Predicted.TTFT
+	if tk.PrefillWorker == "" || leg <= 0 || pair <= leg {
+		t.Fatalf("pair %v, leg %v: want a remote pair whose transfer adds to the leg", pair, leg)
+	}
+	f := pdPredictorRouter(t, Saturation{})
+	_, err := f.r.Pick(context.Background(), promptOf(8192, 1), PickOptions{SLO: (leg + pair) / 2, RefuseOnSLOMiss: true})
+	if e, ok := AsSLOMiss(err); !ok || e.Status != StatusTooManyRequests {
+		t.Fatalf("err %v, want a 429 slo_miss (pair %v past the objective %v)", err, pair, (leg+pair)/2)
+	}
+	if got := f.booked("p0").Requests + f.booked("p1").Requests + f.booked("d0").Requests + f.booked("d1").Requests; got != 0 {
+		t.Fatalf("a refused pair booked %d requests", got)
+	}
+	if tk, err := f.r.Pick(context.Background(), promptOf(8192, 2), PickOptions{SLO: 2 * pair, RefuseOnSLOMiss: true}); err != nil || tk.PrefillWorker == "" {
+		t.Fatalf("pick within the objective: %v, want a remote pair", err)
+	}
+}
+
+// The fair queue's wait follows the pair pick: with both prefill workers' steps
+// booked full, a long prompt (remote prefill, past the local cap) waits in kvroute's
+// queue although the decode workers are idle; a short one prefilled on an idle decode
+// worker goes ahead.
+func TestPDWaitsOnSaturatedPrefillWorker(t *testing.T) {
+	f := pdPredictorRouter(t, Saturation{BatchTokens: 2048, MaxNumSeqs: 100})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if tk := f.pdPick(t, 4096, 10+i); tk.PrefillWorker == "" {
+			t.Fatal("a 4096-token prompt was not disaggregated")
+		}
+	}
+	if p0, p1 := f.booked("p0"), f.booked("p1"); p0.PrefillTokens < 2048 || p1.PrefillTokens < 2048 {
+		t.Fatalf("prefill workers booked %+v / %+v, want both steps full", p0, p1)
+	}
+	po := PickOptions{SLO: time.Minute, Wait: true}
+	if _, err := f.r.Pick(ctx, promptOf(4096, 20), po); !errors.Is(err, ErrWait) {
+		t.Fatalf("long prompt onto a saturated prefill worker: err %v, want ErrWait", err)
+	}
+	tk, err := f.r.Pick(ctx, promptOf(256, 21), po)
+	if err != nil || tk.PrefillWorker != "" {
+		t.Fatalf("short prompt: err %v, ticket %+v, want a local prefill on an idle decode worker", err, tk)
+	}
+}

@@ -109,21 +109,16 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	for i := range cands {
 		r.bookedLocked(&cands[i], in.Now, in.BlockSize)
 	}
-	if (opt.Wait || in.wait) && in.SLO > 0 && r.waitLocked(in, cands) {
-		r.mu.Unlock()
-		return nil, ErrWait
-	}
-	var pd scoring.PairDecision
 	pair := disaggregated(cands)
 	if pair && !anyDecodes(cands) {
 		r.mu.Unlock()
 		return nil, r.noHealthy(req.Model) // prefill-only workers answer no request
 	}
-	if pair {
-		pd = r.pickPairLocked(in, cands)
-	} else {
-		pd = scoring.PairDecision{Decision: r.opt.Policy.Pick(&in.Input, cands), Prefill: -1}
+	if (opt.Wait || in.wait) && in.SLO > 0 && r.waitLocked(in, cands, pair) {
+		r.mu.Unlock()
+		return nil, ErrWait
 	}
+	pd := r.decideLocked(in, cands, pair)
 	d := pd.Decision
 	r.observeScaling(in, d)
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {

@@ -63,18 +63,24 @@ func (s Saturation) SaturatedOn(w *workers.Worker, b scoring.Booked) bool {
 // (Options.Saturation). Nothing was booked.
 var ErrWait = errors.New("router: the worker the request would be sent to is saturated")
 
-// waitLocked reports whether the request should wait (PickOptions.Wait): the
-// worker the policy would pick (a dry run, scoring.Input.DryRun) is saturated. No
-// candidate saturated: no dry run. Caller holds r.mu.
-func (r *Router) waitLocked(in *input, cands []scoring.Candidate) bool {
+// waitLocked reports whether the request should wait (PickOptions.Wait): a worker
+// of the pick the router would make (decideLocked as a dry run, scoring.Input.DryRun)
+// is saturated — the worker picked, and on a disaggregated pool the pair's prefill
+// worker too (its queue runs the prefill; the decode worker schedules the request once
+// its KV arrives). No candidate saturated: no dry run. Caller holds r.mu.
+func (r *Router) waitLocked(in *input, cands []scoring.Candidate, pair bool) bool {
 	if !slices.ContainsFunc(cands, func(c scoring.Candidate) bool { return r.opt.Saturation.SaturatedOn(c.Worker, c.Booked) }) {
 		return false
 	}
 	in.DryRun = true
-	d := r.opt.Policy.Pick(&in.Input, cands)
+	pd := r.decideLocked(in, cands, pair)
 	in.DryRun = false
+	d := pd.Decision
 	if d.Shed || d.Index < 0 || d.Index >= len(cands) {
 		return false // the pick refuses it: let Pick answer so
+	}
+	if q := pd.Prefill; q >= 0 && q < len(cands) && r.opt.Saturation.SaturatedOn(cands[q].Worker, cands[q].Booked) {
+		return true
 	}
 	return r.opt.Saturation.SaturatedOn(cands[d.Index].Worker, cands[d.Index].Booked)
 }

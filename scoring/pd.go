@@ -94,7 +94,10 @@ func kvLoad(in *Input, c *Candidate) (load float64, fits bool) {
 //     decode-role worker prefills locally only an uncached prompt of at most
 //     Options.PDMaxLocalPrefillTokens — Dynamo's conditional disaggregation, with the
 //     prediction deciding below the cap (a short prompt, a long prefill queue).
-//  4. The decode worker is the cheapest option within the near-tie margin, ties
+//  4. Admission: the request is refused exactly as Pick refuses it (refusal: MaxTTFT,
+//     the router's calibrated SLO threshold Input.RefuseAbove, ShedOnSLOMiss), on the
+//     answering workers' best options — the pair's TTFT, transfer included.
+//  5. The decode worker is the cheapest option within the near-tie margin, ties
 //     broken by decode load: a worker where the request's KV fits first, then the
 //     lowest KV footprint as a fraction of capacity (kvLoad), then fewest decoding,
 //     then at random.
@@ -105,10 +108,6 @@ func kvLoad(in *Input, c *Candidate) (load float64, fits bool) {
 func (p *Predictor) PickPair(in *Input, cands []Candidate) PairDecision {
 	sc := p.score(in, cands)
 	pre := p.choosePrefill(in, cands, &sc, -1)
-	if pre.Shed {
-		p.commit(in, cands, pre, &sc)
-		return PairDecision{Decision: pre, Prefill: -1}
-	}
 	n := len(cands)
 	opt := make([]time.Duration, n)  // the option's cost
 	preds := make([]Prediction, n)   // the option's prediction
@@ -146,6 +145,17 @@ func (p *Predictor) PickPair(in *Input, cands []Candidate) PairDecision {
 	if len(answer) == 0 {
 		return PairDecision{Decision: Decision{Index: -1, Reason: ReasonBest}, Prefill: -1}
 	}
+	// Admission: the aggregated pick's refusal rule (refusal), on the options a request
+	// could actually be sent to.
+	options := make([]Prediction, len(answer))
+	for j, i := range answer {
+		options[j] = preds[i]
+	}
+	if d, refused := refusal(&p.o, in, options); refused {
+		d.Predictions = preds
+		p.commit(in, cands, d, &sc)
+		return PairDecision{Decision: d, Prefill: -1}
+	}
 	best := answer[0]
 	for _, i := range answer[1:] {
 		if opt[i] < opt[best] {
@@ -176,7 +186,8 @@ func (p *Predictor) PickPair(in *Input, cands []Candidate) PairDecision {
 	return out
 }
 
-// choosePrefill is Pick's choice (choose) among the prefill-capable candidates other
+// choosePrefill is Pick's placement (place: the pair is admitted or refused on its
+// options, not on the prefill leg alone) among the prefill-capable candidates other
 // than skip (−1 none); Index −1 when there are none.
 func (p *Predictor) choosePrefill(in *Input, cands []Candidate, sc *scored, skip int) Decision {
 	var idx []int
@@ -193,11 +204,7 @@ func (p *Predictor) choosePrefill(in *Input, cands []Candidate, sc *scored, skip
 	for j, i := range idx {
 		sub[j], preds[j], cost[j], st[j], writes[j] = cands[i], sc.preds[i], sc.cost[i], sc.st[i], sc.writes[i]
 	}
-	d := choose(&p.o, sc.sc, in, sub, preds, cost, st, writes)
-	if d.Shed {
-		d.Predictions = sc.preds
-		return d
-	}
+	d := place(&p.o, sc.sc, in, sub, preds, cost, st, writes)
 	d.Index = idx[d.Index]
 	return d
 }

@@ -154,3 +154,44 @@ func TestLLMDPDThreshold(t *testing.T) {
 		t.Fatalf("500 uncached: decode %d prefill %d, want d0 alone", d.Index, d.Prefill)
 	}
 }
+
+// The pair pick refuses by the aggregated pick's rule (refusal) on the options a
+// request can be sent to: the pair's TTFT with its transfer, or a decode worker's local
+// prefill — not on the prefill leg alone.
+func TestPickPairRefusesOnThePairsPrediction(t *testing.T) {
+	// A slow link: the prefill leg is fast, the transfer is not; the 4096-token prompt
+	// is past the local-prefill cap, so only the remote option exists.
+	p := pdPredictor(func(o *Options) { o.KVTransferBytesPerSecond = 1e9 })
+	in := input(4096)
+	in.SLO, in.RefuseOnSLOMiss = 2*time.Second, true
+	ok := p.PickPair(in, pdCands(0, 0))
+	if ok.Shed || ok.Prefill < 0 {
+		t.Fatalf("without a threshold: %+v, want a remote pair", ok)
+	}
+	if ok.Predicted.Transfer < 500*time.Millisecond || ok.PrefillPredicted.TTFT+ok.Predicted.Transfer != ok.Predicted.TTFT {
+		t.Fatalf("prefill leg %v, pair %v: want a transfer ≥ 0.5 s inside the pair's TTFT", ok.PrefillPredicted.TTFT, ok.Predicted)
+	}
+	in.RefuseAbove = (ok.PrefillPredicted.TTFT + ok.Predicted.TTFT) / 2 // the leg within, the pair past
+	d := p.PickPair(in, pdCands(0, 0))
+	if !d.Shed || d.Reason != ReasonSLO || d.Index != -1 || d.Prefill != -1 {
+		t.Fatalf("pair past the threshold: %+v, want refused with reason slo", d.Decision)
+	}
+	if want := ok.Predicted.TTFT - in.RefuseAbove; d.RetryAfter != max(want, time.Second) {
+		t.Fatalf("Retry-After %v, want the pair's excess %v (at least 1 s)", d.RetryAfter, want)
+	}
+	// A short prompt behind a long prefill queue: the prefill workers alone would be
+	// refused, the decode worker's local prefill is within the threshold.
+	in = input(512)
+	in.SLO, in.RefuseOnSLOMiss, in.RefuseAbove = 2*time.Second, true, time.Second
+	d = p.PickPair(in, pdCands(200000, 0))
+	if d.Shed || d.Index < 0 || d.Prefill != -1 {
+		t.Fatalf("local option within the threshold: %+v prefill %d, want admitted locally", d.Decision, d.Prefill)
+	}
+	// MaxTTFT sheds the same way.
+	mt := pdPredictor(func(o *Options) {
+		o.KVTransferBytesPerSecond, o.MaxTTFT = 1e9, ok.PrefillPredicted.TTFT+time.Millisecond
+	})
+	if d := mt.PickPair(input(4096), pdCands(0, 0)); !d.Shed {
+		t.Fatalf("pair past max_ttft: %+v, want shed", d.Decision)
+	}
+}

@@ -35,6 +35,52 @@ import (
 // Without token information (Input.Degraded or no prompt tokens) the predictions hold
 // only queue and overhead terms: a load-only choice, reason "degraded".
 func choose(o *Options, sc *Scratch, in *Input, cands []Candidate, preds []Prediction, cost []time.Duration, st []candState, writes []float64) Decision {
+	if d, refused := refusal(o, in, preds); refused {
+		return d
+	}
+	return place(o, sc, in, cands, preds, cost, st, writes)
+}
+
+// refusal is choose's admission: whether the request is refused (shed) on preds, the
+// predicted TTFTs of the options it could be sent to (steps 1 and 2 of choose: MaxTTFT;
+// the router's calibrated threshold Input.RefuseAbove; without it the SLO itself when
+// ShedOnSLOMiss or Input.RefuseOnSLOMiss; a degraded pick's load-only lower bound past
+// the SLO). The pair pick (PickPair) calls it on each answering worker's best option,
+// transfer included, so both picks refuse by the same rule. preds must be non-empty.
+func refusal(o *Options, in *Input, preds []Prediction) (Decision, bool) {
+	bestTTFT := preds[0].TTFT
+	for i := range preds {
+		bestTTFT = min(bestTTFT, preds[i].TTFT)
+	}
+	if o.MaxTTFT > 0 && bestTTFT > o.MaxTTFT {
+		return shed(o, preds, bestTTFT-o.MaxTTFT), true
+	}
+	degraded := in.Degraded != "" || in.PromptTokens <= 0
+	sloShed := func(excess time.Duration) (Decision, bool) {
+		d := shed(o, preds, excess)
+		d.Reason = ReasonSLO
+		return d, true
+	}
+	calibrated := in.RefuseOnSLOMiss && in.RefuseAbove > 0
+	switch {
+	case in.SLO <= 0:
+	case !degraded && calibrated && bestTTFT > in.RefuseAbove:
+		return sloShed(bestTTFT - in.RefuseAbove)
+	case !degraded && !calibrated && bestTTFT > in.SLO && (o.ShedOnSLOMiss || in.RefuseOnSLOMiss):
+		// Input.RefuseAbove (the router's calibrated threshold) absent: the SLO itself
+		// is the threshold
+		return sloShed(bestTTFT - in.SLO)
+	case degraded && in.RefuseOnSLOMiss && bestTTFT > in.SLO:
+		// without tokens the predictions hold only queue and overhead: a lower bound of
+		// the TTFT, so one past the SLO misses it whatever the prompt
+		return sloShed(bestTTFT - in.SLO)
+	}
+	return Decision{}, false
+}
+
+// place is choose's placement of an admitted request (steps 2 and 3 of choose, without
+// refusing).
+func place(o *Options, sc *Scratch, in *Input, cands []Candidate, preds []Prediction, cost []time.Duration, st []candState, writes []float64) Decision {
 	if cost == nil {
 		cost = make([]time.Duration, len(preds))
 		for i := range preds {
@@ -49,19 +95,7 @@ func choose(o *Options, sc *Scratch, in *Input, cands []Candidate, preds []Predi
 			cached[i] = st[i].cached
 		}
 	}
-	bestTTFT := preds[0].TTFT
-	for i := range preds {
-		bestTTFT = min(bestTTFT, preds[i].TTFT)
-	}
-	if o.MaxTTFT > 0 && bestTTFT > o.MaxTTFT {
-		return shed(o, preds, bestTTFT-o.MaxTTFT)
-	}
 	degraded := in.Degraded != "" || in.PromptTokens <= 0
-	if in.RefuseOnSLOMiss && in.SLO > 0 && !degraded && in.RefuseAbove > 0 && bestTTFT > in.RefuseAbove {
-		d := shed(o, preds, bestTTFT-in.RefuseAbove)
-		d.Reason = ReasonSLO
-		return d
-	}
 	// Under the calibrated refusal rule the request met it: placement stays step 3's
 	// (whose cost already prices the delay its prefill imposes on later requests);
 	// packing it onto the least-work worker that is predicted within the objective
@@ -79,20 +113,6 @@ func choose(o *Options, sc *Scratch, in *Input, cands []Candidate, preds []Predi
 			least := minBy(meet, func(i int) int { return max(in.PromptTokens-cached[i], 0) })
 			return Decision{Index: breakTie(o.Rand, in.PromptTokens, o.BatchTokens, cands, cached, writes, least), Reason: ReasonSLO, Predictions: preds}
 		}
-		// Input.RefuseAbove (the router's calibrated threshold) decided above; without
-		// it the SLO itself is the threshold
-		if o.ShedOnSLOMiss || in.RefuseOnSLOMiss && in.RefuseAbove <= 0 {
-			d := shed(o, preds, bestTTFT-in.SLO)
-			d.Reason = ReasonSLO
-			return d
-		}
-	}
-	if in.SLO > 0 && degraded && in.RefuseOnSLOMiss && bestTTFT > in.SLO {
-		// without tokens the predictions hold only queue and overhead: a lower bound of
-		// the TTFT, so one past the SLO misses it whatever the prompt
-		d := shed(o, preds, bestTTFT-in.SLO)
-		d.Reason = ReasonSLO
-		return d
 	}
 	best := 0
 	for i := range cost {
