@@ -88,6 +88,6 @@ func newExtProc(reg prometheus.Registerer) *ExtProc {
 		ProxyUpstreamErrors: must(reg, prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
 			Name: "upstream_errors_total", Help: "Upstream failures of kvroute proxy (connect errors, resets)."})),
 		ProxyPrefillLegs: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
-			Name: "pd_prefill_legs_total", Help: "Remote prefill legs of kvroute proxy (prefill/decode disaggregation), by result: ok, or the reason for falling back to local prefill (connect_error, timeout, status, no_kv_transfer_params, bad_response, unsupported_api)."}, []string{"result"})),
+			Name: "pd_prefill_legs_total", Help: "Remote prefill legs of kvroute proxy (prefill/decode disaggregation), by result: ok, or the reason the leg failed (connect_error, timeout, status, no_kv_transfer_params, bad_response, unsupported_api); and what followed each failure: retry (sent once more to another prefill worker) or fallback (prefilled on the decode worker)."}, []string{"result"})),
 	}
 }

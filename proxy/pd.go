@@ -44,53 +44,84 @@ const (
 	pdUnsupportedAPI = "unsupported_api"
 )
 
+// Outcomes of a failed prefill leg (kvroute_proxy_pd_prefill_legs_total{result}, next
+// to the leg's own result): retried once on another prefill worker, or prefilled on
+// the decode worker.
+const (
+	pdRetry    = "retry"
+	pdFallback = "fallback"
+)
+
 // prefillError is a failed prefill leg; Result is its kvroute_proxy_pd_prefill_legs_total
-// label.
+// label, Status the prefill worker's HTTP status for pdStatus.
 type prefillError struct {
 	Result string
 	Err    error
+	Status int
 }
 
 func (e *prefillError) Error() string { return "remote prefill: " + e.Result + ": " + e.Err.Error() }
 func (e *prefillError) Unwrap() error { return e.Err }
 
+// retryable reports whether another prefill worker may succeed where this one failed:
+// not for an API without kv_transfer_params, nor for a 4xx (the request's own fault,
+// which every worker answers alike).
+func (e *prefillError) retryable() bool {
+	return e.Result != pdUnsupportedAPI && !(e.Result == pdStatus && e.Status >= 400 && e.Status < 500)
+}
+
 // remotePrefill runs f's prefill leg and returns the decode leg's body, or a
 // *prefillError (the caller then sends body unchanged: local prefill) or the client's
-// context error (the client went away: both legs are over). It reports the leg's end to
-// the ticket (PrefillDone) unless the client went away, which the caller's abort
-// settles.
+// context error (the client went away: both legs are over). A failed leg is retried
+// once on another prefill worker when the router's pair pick finds one worth it
+// (router.Ticket.RetryPrefill), else the decode worker prefills. Each leg counts its
+// result in kvroute_proxy_pd_prefill_legs_total, each failure what followed it (retry,
+// fallback). It reports the leg's end to the ticket (PrefillDone, RetryPrefill) unless
+// the client went away, which the caller's abort settles.
 func (h *handler) remotePrefill(ctx context.Context, r *http.Request, f *flight, body []byte) ([]byte, error) {
-	dbody, err := h.prefillLeg(ctx, r, f, body)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	result := "ok"
-	var pe *prefillError
-	if errors.As(err, &pe) {
-		result = pe.Result
-		if pe.Result == pdConnect && !h.opt.NoPassiveHealth {
-			h.opt.Router.Registry().SetHealthy(f.Ticket.PrefillWorker, false)
+	for {
+		dbody, err := h.prefillLeg(ctx, r, f, body)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
-		h.log.Warn("proxy: remote prefill failed, prefilling on the decode worker", "prefill_worker", f.Ticket.PrefillWorker,
-			"prefill_address", f.Ticket.PrefillAddress, "decode_worker", f.Ticket.Worker, "result", pe.Result, "err", pe.Err)
-	}
-	h.m.ProxyPrefillLegs.WithLabelValues(result).Inc()
-	f.Ticket.PrefillDone(err)
-	f.Route.Event("prefill_done", time.Time{})
-	if err != nil {
+		var pe *prefillError
+		if !errors.As(err, &pe) {
+			h.m.ProxyPrefillLegs.WithLabelValues("ok").Inc()
+			f.Ticket.PrefillDone(nil)
+			f.Route.Event("prefill_done", time.Time{})
+			return dbody, nil
+		}
+		h.m.ProxyPrefillLegs.WithLabelValues(pe.Result).Inc()
+		failed, addr := f.Ticket.PrefillWorker, f.Ticket.PrefillAddress
+		if pe.Result == pdConnect && !h.opt.NoPassiveHealth {
+			h.opt.Router.Registry().SetHealthy(failed, false)
+		}
+		if pe.retryable() && f.Ticket.RetryPrefill(ctx, f.req, err) {
+			h.m.ProxyPrefillLegs.WithLabelValues(pdRetry).Inc()
+			h.log.Warn("proxy: remote prefill failed, retrying on another prefill worker", "prefill_worker", failed,
+				"prefill_address", addr, "retry_worker", f.Ticket.PrefillWorker, "decode_worker", f.Ticket.Worker, "result", pe.Result, "err", pe.Err)
+			f.Route.Event("prefill_retry", time.Time{})
+			continue
+		}
+		if !pe.retryable() {
+			f.Ticket.PrefillDone(err)
+		}
+		h.m.ProxyPrefillLegs.WithLabelValues(pdFallback).Inc()
+		h.log.Warn("proxy: remote prefill failed, prefilling on the decode worker", "prefill_worker", failed,
+			"prefill_address", addr, "decode_worker", f.Ticket.Worker, "result", pe.Result, "err", pe.Err)
+		f.Route.Event("prefill_done", time.Time{})
 		return body, err
 	}
-	return dbody, nil
 }
 
 // prefillLeg sends the prefill request and builds the decode body from its answer.
 func (h *handler) prefillLeg(ctx context.Context, r *http.Request, f *flight, body []byte) ([]byte, error) {
 	if f.req.API != request.APIChat && f.req.API != request.APICompletions {
-		return nil, &prefillError{pdUnsupportedAPI, fmt.Errorf("%s has no kv_transfer_params", r.URL.Path)}
+		return nil, &prefillError{Result: pdUnsupportedAPI, Err: fmt.Errorf("%s has no kv_transfer_params", r.URL.Path)}
 	}
 	root, err := jsonvalue.ParseValueLimit(body, h.opt.Router.MaxPromptIDs())
 	if err != nil || root.Kind() != jsonvalue.Object {
-		return nil, &prefillError{pdUnsupportedAPI, fmt.Errorf("request body: %v", err)} // parsed before: not reached
+		return nil, &prefillError{Result: pdUnsupportedAPI, Err: fmt.Errorf("request body: %v", err)} // parsed before: not reached
 	}
 	null := jsonvalue.Value{}
 	kv := jsonvalue.ObjectValue(
@@ -115,37 +146,37 @@ func (h *handler) prefillLeg(ctx context.Context, r *http.Request, f *flight, bo
 	defer watchdog.Stop()
 	out, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.Ticket.PrefillAddress+r.URL.RequestURI(), bytes.NewReader(pbody))
 	if err != nil {
-		return nil, &prefillError{pdConnect, err}
+		return nil, &prefillError{Result: pdConnect, Err: err}
 	}
 	h.legHeaders(out.Header, r.Header, f)
 	out.Header.Set("Content-Type", "application/json")
 	resp, err := h.opt.Transport.RoundTrip(out)
 	if err != nil {
 		if timedOut.Load() {
-			return nil, &prefillError{pdTimeout, fmt.Errorf("no response within %s (proxy.upstream_header_timeout)", h.opt.Proxy.UpstreamHeaderTimeout)}
+			return nil, &prefillError{Result: pdTimeout, Err: fmt.Errorf("no response within %s (proxy.upstream_header_timeout)", h.opt.Proxy.UpstreamHeaderTimeout)}
 		}
-		return nil, &prefillError{pdConnect, err}
+		return nil, &prefillError{Result: pdConnect, Err: err}
 	}
 	defer resp.Body.Close()
 	watchdog.Reset(h.opt.Proxy.UpstreamIdleTimeout)
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillResponseBytes+1))
 	switch {
 	case timedOut.Load():
-		return nil, &prefillError{pdTimeout, fmt.Errorf("response body not read within %s (proxy.upstream_idle_timeout)", h.opt.Proxy.UpstreamIdleTimeout)}
+		return nil, &prefillError{Result: pdTimeout, Err: fmt.Errorf("response body not read within %s (proxy.upstream_idle_timeout)", h.opt.Proxy.UpstreamIdleTimeout)}
 	case err != nil:
-		return nil, &prefillError{pdBadResponse, err}
+		return nil, &prefillError{Result: pdBadResponse, Err: err}
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return nil, &prefillError{pdStatus, fmt.Errorf("status %d", resp.StatusCode)}
+		return nil, &prefillError{Result: pdStatus, Err: fmt.Errorf("status %d", resp.StatusCode), Status: resp.StatusCode}
 	case len(raw) > maxPrefillResponseBytes:
-		return nil, &prefillError{pdBadResponse, fmt.Errorf("response over %d bytes", maxPrefillResponseBytes)}
+		return nil, &prefillError{Result: pdBadResponse, Err: fmt.Errorf("response over %d bytes", maxPrefillResponseBytes)}
 	}
 	presp, err := jsonvalue.ParseValueLimit(raw, h.opt.Router.MaxPromptIDs())
 	if err != nil {
-		return nil, &prefillError{pdBadResponse, err}
+		return nil, &prefillError{Result: pdBadResponse, Err: err}
 	}
 	params := presp.Field("kv_transfer_params")
 	if params.Kind() != jsonvalue.Object {
-		return nil, &prefillError{pdNoKVParams, fmt.Errorf("the response has %s kv_transfer_params (is the worker a kv_producer?)", params.Kind())}
+		return nil, &prefillError{Result: pdNoKVParams, Err: fmt.Errorf("the response has %s kv_transfer_params (is the worker a kv_producer?)", params.Kind())}
 	}
 	// raw backs params' strings: the decode body is written out now, while it lives.
 	return withMembers(root, []jsonvalue.Member{{Key: "kv_transfer_params", Value: params}}).AppendJSON(nil), nil

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/internal/jsonvalue"
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/sim"
@@ -258,5 +260,59 @@ func TestWithMembersReplacesInPlaceAndAppends(t *testing.T) {
 	out := withMembers(v, []jsonvalue.Member{{Key: "stream", Value: jsonvalue.BoolValue(false)}, {Key: "z", Value: jsonvalue.NumberValue("9")}}, "stream_options")
 	if got := string(out.AppendJSON(nil)); got != `{"a":1,"stream":false,"b":2,"c":3,"z":9}` {
 		t.Fatalf("withMembers = %s", got)
+	}
+}
+
+// A failed prefill leg is retried once on another prefill worker: the client gets the
+// decode worker's answer from the second prefill worker's KV, the legs count the
+// failure, the retry and the success, and nothing falls back. A 4xx is not retried.
+func TestProxyRetriesAFailedPrefillOnAnotherWorker(t *testing.T) {
+	var failingHits atomic.Int32
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		failingHits.Add(1)
+		http.Error(w, `{"error":{"message":"boom"}}`, http.StatusInternalServerError)
+	}))
+	t.Cleanup(failing.Close)
+	_, good, pseen := simWorker(t, sim.KVRoleProducer)
+	_, daddr, dseen := simWorker(t, sim.KVRoleConsumer)
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{
+		{Name: "d", Address: daddr, Models: []string{"m"}, Role: workers.RoleDecode},
+		{Name: "p-bad", Address: strings.TrimPrefix(failing.URL, "http://"), Models: []string{"m"}, Role: workers.RolePrefill},
+		{Name: "p-good", Address: good, Models: []string{"m"}, Role: workers.RolePrefill},
+	})
+	// p-bad caches the prompt's first two blocks: the pick prefers it
+	ix := kvindex.New(kvindex.Options{})
+	toks := make([]uint32, 40)
+	for i := range toks {
+		toks[i] = uint32(i + 1)
+	}
+	ix.Store("p-bad", kvindex.TierGPU, kvindex.HashBlocks(kvindex.Namespace{Model: "m"}.Seed(), toks, 16, nil))
+	ms := metrics.NewUnregistered()
+	r := router.New(router.Options{Registry: reg, Index: ix, Models: []router.Model{{Name: "m", BlockSize: 16}}, Metrics: ms})
+	h := New(Options{Router: r, Config: config.Default().ExtProc, Metrics: ms})
+	rec := serve(h, `{"model":"m","prompt":`+prompt40()+`,"max_tokens":2}`)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"cached_tokens":39`) {
+		t.Fatalf("client got %d %s; want the decode worker's answer from the retried prefill's KV", rec.Code, rec.Body.String())
+	}
+	if failingHits.Load() != 1 {
+		t.Fatalf("the failing prefill worker got %d legs, want 1 (the pick preferred it)", failingHits.Load())
+	}
+	pb, _ := pseen.all()
+	db, _ := dseen.all()
+	if len(pb) != 1 || len(db) != 1 || !field(t, db[0], "kv_transfer_params").Field("do_remote_prefill").Boolean() {
+		t.Fatalf("retry worker saw %d legs, decode %d (%q); want one each, the decode leg with the retry's kv_transfer_params", len(pb), len(db), db)
+	}
+	for res, want := range map[string]float64{pdStatus: 1, pdRetry: 1, "ok": 1, pdFallback: 0} {
+		if got := testutil.ToFloat64(ms.ExtProc.ProxyPrefillLegs.WithLabelValues(res)); got != want {
+			t.Fatalf("prefill legs %s = %v, want %v", res, got, want)
+		}
+	}
+	if testutil.ToFloat64(ms.Router.PDFallbacks) != 0 || r.InFlight() != 0 {
+		t.Fatalf("fallbacks %v, in flight %d", testutil.ToFloat64(ms.Router.PDFallbacks), r.InFlight())
+	}
+	if (&prefillError{Result: pdStatus, Status: 400}).retryable() || !(&prefillError{Result: pdStatus, Status: 503}).retryable() ||
+		(&prefillError{Result: pdUnsupportedAPI}).retryable() || !(&prefillError{Result: pdConnect}).retryable() {
+		t.Fatal("retryable: want 5xx, connect errors retried; 4xx and unsupported APIs not")
 	}
 }

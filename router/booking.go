@@ -85,7 +85,26 @@ func (r *Router) book(t *Ticket, keys []kvindex.Key) {
 		t.spec.Store(&b)
 		r.noteChange() // the keys being prefilled changed (LocalBookings)
 	}
-	if t.PrefillWorker != "" { // the prefill worker computes them too (and keeps them cached)
+	r.bookPrefillSpecLocked(t, keys)
+}
+
+// bookPrefillSpec adds t's speculative index entries on its prefill worker (a retried
+// prefill leg's new one), outside r.mu.
+func (r *Router) bookPrefillSpec(t *Ticket, keys []kvindex.Key) {
+	if r.opt.Index == nil || len(keys) == 0 {
+		return
+	}
+	r.specMu.RLock()
+	defer r.specMu.RUnlock()
+	if !t.released.Load() {
+		r.bookPrefillSpecLocked(t, keys)
+	}
+}
+
+// bookPrefillSpecLocked books keys on t's prefill worker, which computes them too (and
+// keeps them cached). Caller holds r.specMu for reading.
+func (r *Router) bookPrefillSpecLocked(t *Ticket, keys []kvindex.Key) {
+	if t.PrefillWorker != "" {
 		if pb := r.opt.Index.Book(t.PrefillWorker, keys); pb.Len() > 0 {
 			t.pfSpec.Store(&pb)
 		}

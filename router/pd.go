@@ -1,8 +1,10 @@
 package router
 
 import (
+	"context"
 	"time"
 
+	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers"
 )
@@ -15,8 +17,10 @@ type prefillLeg struct {
 	booked    scoring.Booked     // its bookings before this one (learning feature)
 	load      workers.Load       // its scraped load at pick time
 	predicted scoring.Prediction // its own prediction for the prefill leg
+	start     time.Time          // when the leg was sent: the pick, or the retry
 	done      bool               // PrefillDone was called (or the first token came): the leg is over
 	failed    bool               // the leg failed: the decode worker prefills locally
+	retried   bool               // this leg is the retry of a failed one (RetryPrefill)
 }
 
 // PrefillDone records the end of the remote prefill leg: the answer of PrefillAddress
@@ -66,6 +70,116 @@ func (t *Ticket) PrefillDone(err error) {
 	r.capacityFreed()
 }
 
+// RetryPrefill handles the failure err of t's prefill leg on PrefillWorker (the front's
+// PrefillDone(err) in its place): it retries the leg once on another prefill worker when
+// the pair pick predicts one worth it, else falls back to local prefill as
+// PrefillDone(err) does. The retry's pick is the pair pick (decideLocked, the policy's
+// PickPair when it has one) over t's decode worker and the healthy prefill-capable
+// workers other than the failed one and the decode worker, these as prefill-only: so a
+// retry is made exactly when the pick would have chosen that remote prefill over the
+// decode worker's local one (faster as predicted, or an uncached prompt past
+// scoring.pd_max_local_prefill_tokens), the decode worker unchanged. req is t's request
+// (tokenized again, for the other workers' cached prefixes).
+//
+// true: the failed leg's booking and speculative index entries are released, the new
+// leg is booked on the new PrefillWorker (PrefillAddress, PrefillCachedTokens change
+// under the router's lock; the front that owns t reads them after this call), and the
+// front sends the prefill leg there, ending it with PrefillDone. false: t prefills on
+// its decode worker (RemotePrefill reports false; kvroute_router_pd_prefill_fallbacks_total
+// counts it) — the retry was not worth it, no other prefill worker is healthy, this leg
+// is itself a retry, or t has no open prefill leg (ended, first token come). Safe for
+// concurrent use.
+func (t *Ticket) RetryPrefill(ctx context.Context, req *request.Request, err error) bool {
+	r := t.r
+	r.mu.Lock()
+	failed, decode, open := t.PrefillWorker, t.on, t.legOpenLocked() && !t.pf.retried
+	r.mu.Unlock()
+	if !open {
+		t.PrefillDone(err)
+		return false
+	}
+	in, cands, perr := r.prepare(ctx, req, PickOptions{RequestID: t.RequestID}, nil)
+	if perr != nil {
+		t.PrefillDone(err)
+		return false
+	}
+	keep := cands[:0]
+	for _, c := range cands {
+		if c.Worker.Name == decode || c.Worker.Name != failed && c.Worker.Role.Prefills() {
+			keep = append(keep, c)
+		}
+	}
+	cands = keep
+	r.prepolicy(in, cands)
+	r.mu.Lock()
+	if r.opt.Registry.Version() != in.regVersion {
+		cands = r.liveLocked(cands)
+	}
+	var q *retryChoice
+	if t.legOpenLocked() && t.on == decode && t.PrefillWorker == failed {
+		q = r.retryPickLocked(t, in, cands)
+	}
+	if q == nil {
+		r.mu.Unlock()
+		t.PrefillDone(err)
+		return false
+	}
+	t.releasePrefillLocked(in.Now)
+	r.setPrefillLocked(t, &q.c, q.predicted)
+	t.pf.retried = true
+	r.mu.Unlock()
+	r.withdrawPrefill(t)
+	r.bookPrefillSpec(t, in.Keys)
+	r.capacityFreed()
+	return true
+}
+
+// legOpenLocked reports whether t's remote prefill leg is under way: booked, not
+// ended by PrefillDone, a first token or the ticket's end. Caller holds r.mu.
+func (t *Ticket) legOpenLocked() bool {
+	return t.PrefillWorker != "" && !t.ended && !t.pf.done && !t.pf.failed && t.firstAt.IsZero()
+}
+
+// retryChoice is the prefill worker a retry picked and its prediction for the leg.
+type retryChoice struct {
+	c         scoring.Candidate
+	predicted scoring.Prediction
+}
+
+// retryPickLocked is RetryPrefill's pair pick over cands (t's decode worker and the
+// other prefill-capable workers, sorted by name), nil for a local prefill. t's own
+// booking on its decode worker is left out while the pick reads it. Caller holds r.mu.
+func (r *Router) retryPickLocked(t *Ticket, in *input, cands []scoring.Candidate) *retryChoice {
+	dec := -1
+	for i := range cands {
+		if cands[i].Worker.Name == t.on {
+			dec = i
+		} else { // may only prefill: the decode worker stays t's
+			w := *cands[i].Worker
+			w.Role = workers.RolePrefill
+			cands[i].Worker = &w
+		}
+	}
+	if dec < 0 || len(cands) < 2 {
+		return nil
+	}
+	f := r.flights[t.on]
+	if f != nil {
+		t.bookLocked(f, -1)
+	}
+	for i := range cands {
+		r.bookedLocked(&cands[i], in.Now, in.BlockSize)
+	}
+	pd := r.decideLocked(in, cands, true)
+	if f != nil {
+		t.bookLocked(f, 1)
+	}
+	if pd.Shed || pd.Index != dec || pd.Prefill < 0 || pd.Prefill >= len(cands) || pd.Prefill == dec {
+		return nil
+	}
+	return &retryChoice{c: cands[pd.Prefill], predicted: pd.PrefillPredicted}
+}
+
 // RemotePrefill reports whether the request is to be prefilled on PrefillAddress: it has
 // a prefill worker and no PrefillDone error made it fall back to local prefill.
 func (t *Ticket) RemotePrefill() bool {
@@ -110,7 +224,7 @@ func (t *Ticket) prefillObservationLocked(at time.Time) (scoring.Observation, bo
 	if t.PrefillWorker == "" || t.pf.done || t.pf.failed || t.pf.on == "" {
 		return scoring.Observation{}, false
 	}
-	ttft := at.Sub(t.Start)
+	ttft := at.Sub(t.pf.start)
 	if !t.firstAt.IsZero() {
 		ttft -= t.Predicted.Transfer
 	}
@@ -118,7 +232,7 @@ func (t *Ticket) prefillObservationLocked(at time.Time) (scoring.Observation, bo
 		return scoring.Observation{}, false
 	}
 	return scoring.Observation{Worker: t.PrefillWorker, PromptTokens: t.PromptTokens, CachedTokens: t.PrefillCachedTokens,
-		Booked: t.pf.booked, Load: t.pf.load, Predicted: t.pf.predicted, Start: t.Start, TTFT: ttft}, true
+		Booked: t.pf.booked, Load: t.pf.load, Predicted: t.pf.predicted, Start: t.pf.start, TTFT: ttft}, true
 }
 
 // disaggregated reports whether any candidate has a prefill/decode role: the pick is
@@ -219,7 +333,8 @@ func (r *Router) pickPairLocked(in *input, cands []scoring.Candidate) scoring.Pa
 // request with no prefill tokens (it receives the KV). Caller holds r.mu.
 func (r *Router) setPrefillLocked(t *Ticket, c *scoring.Candidate, predicted scoring.Prediction) {
 	t.PrefillWorker, t.PrefillAddress, t.PrefillCachedTokens = c.Worker.Name, c.Worker.Address, c.CachedTokens
-	t.pf = prefillLeg{on: c.Worker.Name, tokens: max(t.PromptTokens-c.CachedTokens, 0), booked: c.Booked, load: c.Load, predicted: predicted}
+	t.pf = prefillLeg{on: c.Worker.Name, tokens: max(t.PromptTokens-c.CachedTokens, 0), booked: c.Booked, load: c.Load,
+		predicted: predicted, start: r.opt.Now()}
 	t.prefill = 0
 	t.bookPrefillLocked(r.flightLocked(c.Worker.Name), 1)
 }

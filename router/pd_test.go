@@ -331,3 +331,120 @@ func TestPDWaitsOnSaturatedPrefillWorker(t *testing.T) {
 		t.Fatalf("short prompt: err %v, ticket %+v, want a local prefill on an idle decode worker", err, tk)
 	}
 }
+
+// A failed prefill leg is retried once on the other prefill worker: the failed
+// worker's booking and speculative entries go, the new one books the leg, the decode
+// worker is unchanged, and the retry leg teaches its own duration. A second failure
+// falls back to local prefill.
+func TestPDRetryPrefillOnAnotherWorker(t *testing.T) {
+	f, ix := pdFixture(t)
+	req := promptOf(640, 1)
+	tk, err := f.r.Pick(context.Background(), req, PickOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, dw := tk.PrefillWorker, tk.Worker
+	f.clk.add(100 * time.Millisecond)
+	if !tk.RetryPrefill(context.Background(), req, errors.New("connection refused")) {
+		t.Fatal("no retry with the other prefill worker idle")
+	}
+	other := map[string]string{"p0": "p1", "p1": "p0"}[failed]
+	addr := map[string]string{"p0": "10.0.0.3:8000", "p1": "10.0.0.4:8000"}[other]
+	if tk.PrefillWorker != other || tk.PrefillAddress != addr || tk.Worker != dw || !tk.RemotePrefill() {
+		t.Fatalf("after the retry: %s@%s → %s (remote %v), want %s@%s → %s", tk.PrefillWorker, tk.PrefillAddress, tk.Worker, tk.RemotePrefill(), other, addr, dw)
+	}
+	if got := f.booked(failed); got.Requests != 0 || got.PrefillTokens != 0 {
+		t.Fatalf("failed prefill worker still booked %+v", got)
+	}
+	if got := f.booked(other); got.Requests != 1 || got.Prefilling != 1 || got.PrefillTokens != 640 {
+		t.Fatalf("retry worker booked %+v, want the 640-token leg", got)
+	}
+	if got := f.booked(dw); got.Requests != 1 || got.PrefillTokens != 0 {
+		t.Fatalf("decode worker booked %+v, want the request alone", got)
+	}
+	if ix.Entries() != 2*640/16 {
+		t.Fatalf("speculative entries %d, want the prompt's 40 blocks on the decode and the retry worker", ix.Entries())
+	}
+	if got := testutil.ToFloat64(f.ms.Router.PDFallbacks); got != 0 {
+		t.Fatalf("a retry counted %v fallbacks", got)
+	}
+	f.clk.add(300 * time.Millisecond)
+	tk.PrefillDone(nil)
+	if len(f.pol.obs) != 1 || f.pol.obs[0].Worker != other || f.pol.obs[0].TTFT != 300*time.Millisecond {
+		t.Fatalf("observations %+v, want the retry leg's 300 ms on %s", f.pol.obs, other)
+	}
+	tk.Done(200, response.Usage{}, time.Time{})
+
+	// A retry that fails too falls back: one retry per request.
+	tk = f.pdPick(t, 640, 2)
+	if !tk.RetryPrefill(context.Background(), promptOf(640, 2), errors.New("refused")) {
+		t.Fatal("no first retry")
+	}
+	if tk.RetryPrefill(context.Background(), promptOf(640, 2), errors.New("refused again")) || tk.RemotePrefill() {
+		t.Fatal("a failed retry was retried again")
+	}
+	if got := f.booked(tk.Worker); got.PrefillTokens != 640 {
+		t.Fatalf("decode worker booked %+v, want the local prefill", got)
+	}
+	if got := f.booked("p0").Requests + f.booked("p1").Requests; got != 0 {
+		t.Fatalf("prefill workers hold %d bookings after the fallback", got)
+	}
+	if got := testutil.ToFloat64(f.ms.Router.PDFallbacks); got != 1 {
+		t.Fatalf("pd_prefill_fallbacks_total = %v, want 1", got)
+	}
+	if ix.Entries() != 640/16+2*640/16 { // the first request's, cached; this one's decode worker's
+		t.Fatalf("speculative entries %d after the fallback", ix.Entries())
+	}
+	tk.Abort()
+}
+
+// Without another healthy prefill worker, or once the leg is over, RetryPrefill falls
+// back to local prefill (or does nothing) as PrefillDone(err) does.
+func TestPDRetryPrefillFallsBack(t *testing.T) {
+	f, _ := pdFixture(t)
+	req := promptOf(640, 1)
+	tk, err := f.r.Pick(context.Background(), req, PickOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := map[string]string{"p0": "p1", "p1": "p0"}[tk.PrefillWorker]
+	f.reg.SetHealthy(other, false)
+	if tk.RetryPrefill(context.Background(), req, errors.New("refused")) || tk.RemotePrefill() {
+		t.Fatal("retried with no other healthy prefill worker")
+	}
+	if got := f.booked(tk.Worker); got.PrefillTokens != 640 {
+		t.Fatalf("decode worker booked %+v, want the local prefill", got)
+	}
+	tk.Done(200, response.Usage{}, time.Time{})
+	f.reg.SetHealthy(other, true)
+	tk = f.pdPick(t, 640, 3)
+	tk.PrefillDone(nil)
+	if tk.RetryPrefill(context.Background(), promptOf(640, 3), errors.New("late")) || !tk.RemotePrefill() {
+		t.Fatal("RetryPrefill after a finished leg changed it")
+	}
+	tk.Abort()
+}
+
+// Under kvroute's own policy the retry is its pair pick: the other prefill worker,
+// idle, is worth it for a prompt past the local-prefill cap.
+func TestPDRetryPrefillPairPicker(t *testing.T) {
+	f := pdPredictorRouter(t, Saturation{})
+	req := promptOf(4096, 1)
+	tk, err := f.r.Pick(context.Background(), req, PickOptions{})
+	if err != nil || tk.PrefillWorker == "" {
+		t.Fatalf("pick: %v, want a remote pair", err)
+	}
+	failed := tk.PrefillWorker
+	if !tk.RetryPrefill(context.Background(), req, errors.New("status 500")) || tk.PrefillWorker == failed || tk.PrefillWorker == "" {
+		t.Fatalf("retry on %q after %s failed, want the other prefill worker", tk.PrefillWorker, failed)
+	}
+	if got := f.booked(tk.PrefillWorker); got.PrefillTokens != 4096 {
+		t.Fatalf("retry worker booked %+v", got)
+	}
+	tk.Abort()
+	for _, w := range []string{"p0", "p1", "d0", "d1"} {
+		if got := f.booked(w); got.Requests != 0 {
+			t.Fatalf("%s booked %+v after the abort", w, got)
+		}
+	}
+}

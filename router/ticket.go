@@ -41,8 +41,9 @@ type Ticket struct {
 	// max_tokens 1, then to Address with the kv_transfer_params it returned (llm-d's
 	// x-prefiller-host-port convention). Both empty: Worker prefills locally (an
 	// aggregated worker, or the decode worker's own choice). They describe the pick and
-	// never change; after a failed prefill (PrefillDone with an error) RemotePrefill
-	// reports false and the request is sent to Address alone.
+	// change only when the front that owns the ticket retries a failed leg
+	// (RetryPrefill); after a failed prefill that is not retried (PrefillDone with an
+	// error) RemotePrefill reports false and the request is sent to Address alone.
 	PrefillWorker  string
 	PrefillAddress string
 	// PrefillCachedTokens is the predicted cached prefix on PrefillWorker, tokens (0
