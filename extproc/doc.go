@@ -39,7 +39,8 @@
 //	                                        (CC handleDataBufferedMode), even with
 //	                                        end_of_stream=false when trailers follow (CC
 //	                                        onTrailers); its reply carries the decision.
-//	                                        The body is mutated only to inject
+//	                                        The body is mutated only to remove a
+//	                                        client's kv_transfer_params and to inject
 //	                                        stream_options.include_usage (usage.go), with
 //	                                        content-length set to match in the same reply
 //	                                        (PS validateContentLength).
@@ -47,7 +48,10 @@
 //	                                        Envoy's buffer limit (CC
 //	                                        handleDataBufferedPartialMode): a cut body is
 //	                                        not parsed; its model is sniffed and the pick
-//	                                        is load-only.
+//	                                        is load-only. A whole body with a client's
+//	                                        kv_transfer_params, which this mode cannot
+//	                                        remove, is a 400 (so too in STREAMED without
+//	                                        waiting).
 //	FULL_DUPLEX_STREAMED                    chunks come without waiting for the headers
 //	                                        reply and Envoy keeps no copy (CC
 //	                                        handleDataStreamedModeBase). kvroute withholds

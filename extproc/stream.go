@@ -82,14 +82,15 @@ type stream struct {
 	tracestate    string
 
 	// response direction
-	status     int
-	tracker    *response.Tracker
-	flight     *front.Flight // the ticket's end (complete or abort, settlement); set with ticket
-	rspEOSSent bool
-	counted    bool                 // the request was counted on Requests (record)
-	stripUsage bool                 // include_usage was injected for the client (usage.go)
-	stripping  bool                 // stripUsage, and the response is SSE: its body goes through usage
-	usage      response.UsageFilter // removes the usage-only chunk the injection added
+	status      int
+	tracker     *response.Tracker
+	flight      *front.Flight // the ticket's end (complete or abort, settlement); set with ticket
+	rspEOSSent  bool
+	counted     bool                 // the request was counted on Requests (record)
+	stripUsage  bool                 // include_usage was injected for the client (usage.go)
+	bodyMutated bool                 // the request body sent upstream differs from the client's (usage.go)
+	stripping   bool                 // stripUsage, and the response is SSE: its body goes through usage
+	usage       response.UsageFilter // removes the usage-only chunk the injection added
 }
 
 func newStream(s *Server, ctx context.Context, send func(*extprocv3.ProcessingResponse) error) *stream {
@@ -370,6 +371,9 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	_, span := tracing.Start(ctx, st.s.opt.Tracer, tracing.SpanParse)
 	req, err := st.parse(body, complete)
 	span.End()
+	if err == nil && complete && how != releaseHeaders {
+		err = st.clientKVParams(body)
+	}
 	var pk admission.Picked
 	if err == nil {
 		st.req = req
@@ -412,7 +416,7 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	mut, md := st.destination()
 	sent := body
 	if complete && how != releaseHeaders {
-		sent = st.withIncludeUsage(body) // usage.go: only in the modes that allow it
+		sent = st.upstreamBody(body) // usage.go: only in the modes that allow it
 	}
 	switch how {
 	case releaseHeaders:
@@ -420,8 +424,9 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 	case releaseBody:
 		// Header mutations in a body reply apply while Envoy still holds the headers
 		// (SVC CommonResponse.header_mutation; PS BUFFERED). content-length stays valid:
-		// the body is not mutated (PS validateContentLength), unless include_usage was
-		// injected, which sets it to the new length.
+		// the body is not mutated (PS validateContentLength), unless a client's
+		// kv_transfer_params were removed or include_usage was injected, which sets it
+		// to the new length.
 		cr := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: st.s.opt.Config.ClearRouteCache}
 		st.injectBuffered(cr, sent)
 		return st.reply(withMetadata(bodyReply(true, cr), md))

@@ -34,30 +34,61 @@ import (
 //     chunk: with them kvroute injects nothing, since the client would see a chunk it
 //     did not ask for.
 
+// mutableRequest reports whether kvroute may replace the request body in request body
+// mode req (the request half of the list above): BUFFERED, FULL_DUPLEX_STREAMED.
+func mutableRequest(req mode) bool { return req == modeBuffered || req == modeFullDuplex }
+
 // injectModes reports whether stream_options.include_usage may be injected with this
 // request and response body mode pair.
 func injectModes(req, rsp mode) bool {
-	reqOK := req == modeBuffered || req == modeFullDuplex
 	rspOK := rsp == modeStreamed || rsp == modeBuffered || rsp == modeFullDuplex
-	return reqOK && rspOK
+	return mutableRequest(req) && rspOK
 }
 
-// withIncludeUsage returns the body to send upstream: body with include_usage injected
-// when the option is on, the modes allow it and the request qualifies (then
-// st.stripUsage is set), else body itself.
-func (st *stream) withIncludeUsage(body []byte) []byte {
-	if !st.s.opt.Config.InjectIncludeUsage || !injectModes(st.reqMode, st.respMode) {
+// upstreamBody returns the body to send upstream, in the request body modes that allow
+// replacing it (mutableRequest): without a client's kv_transfer_params
+// (request.WithoutKVTransferParams: only kvroute's prefill/decode pick, through
+// x-prefiller-host-port and the decode worker's sidecar, may steer a KV transfer), then
+// with include_usage injected when the option is on, the response mode allows it and
+// the request qualifies (then st.stripUsage is set). st.bodyMutated says whether it
+// differs from body. In other modes body itself (clientKVParams refuses what cannot be
+// stripped there).
+func (st *stream) upstreamBody(body []byte) []byte {
+	if !mutableRequest(st.reqMode) {
 		return body
 	}
-	nb, ok := request.WithIncludeUsage(body, st.req)
-	st.stripUsage = ok
+	nb, stripped := request.WithoutKVTransferParams(body, st.api, st.s.opt.Router.MaxPromptIDs())
+	if stripped {
+		st.s.m.ClientKVParams.WithLabelValues("extproc", "stripped").Inc()
+	}
+	if st.s.opt.Config.InjectIncludeUsage && injectModes(st.reqMode, st.respMode) {
+		nb, st.stripUsage = request.WithIncludeUsage(nb, st.req)
+	}
+	st.bodyMutated = stripped || st.stripUsage
 	return nb
+}
+
+// clientKVParams is the 400 for a whole body that carries a client's
+// kv_transfer_params in a request body mode where kvroute cannot remove them
+// (BUFFERED_PARTIAL, STREAMED with send_body_without_waiting_for_header_response:
+// the body passes on as Envoy holds it); nil when there are none, or the mode lets
+// upstreamBody remove them.
+func (st *stream) clientKVParams(body []byte) error {
+	if mutableRequest(st.reqMode) {
+		return nil
+	}
+	if _, ok := request.WithoutKVTransferParams(body, st.api, st.s.opt.Router.MaxPromptIDs()); !ok {
+		return nil
+	}
+	st.s.m.ClientKVParams.WithLabelValues("extproc", "refused").Inc()
+	return &request.Error{Status: 400, Type: "invalid_request_error", Param: "kv_transfer_params",
+		Message: "kv_transfer_params is set by the router for prefill/decode disaggregation, not by clients"}
 }
 
 // injectBuffered adds the replaced body, and its content-length when the request
 // declared one, to a BUFFERED request body reply.
 func (st *stream) injectBuffered(cr *extprocv3.CommonResponse, sent []byte) {
-	if !st.stripUsage {
+	if !st.bodyMutated {
 		return
 	}
 	cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: sent}}

@@ -50,10 +50,15 @@ type ExtProc struct {
 	// ProxyUpstreamErrors counts upstream failures (connect, reset) of the proxy.
 	ProxyUpstreamErrors prometheus.Counter
 	// ProxyPrefillLegs counts the proxy's remote prefill legs (prefill/decode
-	// disaggregation) by result: ok, or why the request fell back to local prefill
-	// (connect_error, timeout, status, no_kv_transfer_params, bad_response,
-	// unsupported_api).
+	// disaggregation) by result: ok, or why the leg failed (connect_error, timeout,
+	// status, no_kv_transfer_params, bad_response, unsupported_api); and each failure
+	// by what followed it: retry (once, on another prefill worker) or fallback (local
+	// prefill on the decode worker).
 	ProxyPrefillLegs *prometheus.CounterVec // result
+	// ClientKVParams counts request bodies that carried a client's kv_transfer_params,
+	// by front (extproc, proxy) and action: stripped (removed before the body went
+	// upstream), refused (a 400, where the ext_proc body mode cannot replace the body).
+	ClientKVParams *prometheus.CounterVec // front, action
 }
 
 func newExtProc(reg prometheus.Registerer) *ExtProc {
@@ -89,5 +94,7 @@ func newExtProc(reg prometheus.Registerer) *ExtProc {
 			Name: "upstream_errors_total", Help: "Upstream failures of kvroute proxy (connect errors, resets)."})),
 		ProxyPrefillLegs: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "proxy",
 			Name: "pd_prefill_legs_total", Help: "Remote prefill legs of kvroute proxy (prefill/decode disaggregation), by result: ok, or the reason the leg failed (connect_error, timeout, status, no_kv_transfer_params, bad_response, unsupported_api); and what followed each failure: retry (sent once more to another prefill worker) or fallback (prefilled on the decode worker)."}, []string{"result"})),
+		ClientKVParams: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "client_kv_transfer_params_total", Help: "Request bodies carrying a client's kv_transfer_params (only kvroute's prefill/decode pick may steer a KV transfer), by front (extproc, proxy) and action (stripped, refused)."}, []string{"front", "action"})),
 	}
 }

@@ -248,22 +248,13 @@ outer:
 	return jsonvalue.ObjectValue(out...)
 }
 
-// kvParamsKey finds a top-level kv_transfer_params in a body cheaply before parsing.
-var kvParamsKey = []byte(`"kv_transfer_params"`)
-
-// withoutClientKVParams removes a client's kv_transfer_params: they tell a vLLM worker
-// to read KV from, or hold it for, a host the client names, which only kvroute's own
-// P/D exchange may set. Bodies without the key are returned as they are.
-func withoutClientKVParams(body []byte, api request.API, maxElems int) []byte {
-	if (api != request.APIChat && api != request.APICompletions) || !bytes.Contains(body, kvParamsKey) {
-		return body
+// withoutClientKVParams removes a client's kv_transfer_params from body
+// (request.WithoutKVTransferParams), counted: only kvroute's own P/D exchange may set
+// them.
+func (h *handler) withoutClientKVParams(body []byte, api request.API) []byte {
+	out, stripped := request.WithoutKVTransferParams(body, api, h.opt.Router.MaxPromptIDs())
+	if stripped {
+		h.m.ClientKVParams.WithLabelValues("proxy", "stripped").Inc()
 	}
-	root, err := jsonvalue.ParseValueLimit(body, maxElems)
-	if err != nil || root.Kind() != jsonvalue.Object {
-		return body
-	}
-	if _, ok := root.Get("kv_transfer_params"); !ok {
-		return body // the key appears inside a string or nested value
-	}
-	return withMembers(root, nil, "kv_transfer_params").AppendJSON(nil)
+	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/internal/jsonvalue"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/sim"
 	"github.com/kvroute/kvroute/workers"
@@ -239,7 +240,7 @@ func TestProxyClientAbortDuringPrefillCancelsBothLegs(t *testing.T) {
 // read KV from, or hold it for, a host the client names.
 func TestProxyStripsClientKVTransferParams(t *testing.T) {
 	var got string
-	h, _, _ := newProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h, _, ms := newProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got = string(b)
 		w.Header().Set("Content-Type", "application/json")
@@ -249,8 +250,11 @@ func TestProxyStripsClientKVTransferParams(t *testing.T) {
 	if rec.Code != 200 || got != `{"model":"m","prompt":"kv_transfer_params","max_tokens":1}` {
 		t.Fatalf("worker got %s (status %d), want the body without kv_transfer_params", got, rec.Code)
 	}
+	if n := testutil.ToFloat64(ms.ExtProc.ClientKVParams.WithLabelValues("proxy", "stripped")); n != 1 {
+		t.Fatalf("client_kv_transfer_params_total{proxy,stripped} = %v, want 1", n)
+	}
 	body := []byte(`{"model":"m","prompt":"say \"kv_transfer_params\""}`)
-	if out := withoutClientKVParams(body, "completions", 0); &out[0] != &body[0] {
+	if out, _ := request.WithoutKVTransferParams(body, "completions", 0); &out[0] != &body[0] {
 		t.Fatal("a body without the member must be forwarded as it is")
 	}
 }

@@ -276,7 +276,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route.Set(tracing.Model(req.Model))
-	body = withoutClientKVParams(body, req.API, h.opt.Router.MaxPromptIDs()) // P/D is kvroute's to arrange (pd.go)
+	body = h.withoutClientKVParams(body, req.API) // P/D is kvroute's to arrange (pd.go)
 	var stripUsage bool
 	if h.opt.Proxy.InjectIncludeUsage {
 		body, stripUsage = request.WithIncludeUsage(body, req)
