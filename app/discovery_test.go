@@ -99,3 +99,44 @@ func TestWorkerProfileMaxNumSeqsRegistered(t *testing.T) {
 		t.Fatalf("profiles %+v / %+v, want max_num_seqs 1024 and 0 (router default 256)", ws[0].Profile, ws[1].Profile)
 	}
 }
+
+// discovery.role and discovery.sources: a decode source and a prefill source (both
+// "localhost" on two ports, as a decode and a prefill headless Service would be)
+// register their workers with their roles, beside the static ones.
+func TestRunDiscoversRolesPerSource(t *testing.T) {
+	cfg := config.Default()
+	cfg.Models = []config.Model{{Name: "m"}}
+	cfg.Workers = []config.Worker{{Name: "static", Address: "10.0.0.9:8000", Role: "decode"}}
+	cfg.Discovery.Mode, cfg.Discovery.Role, cfg.Discovery.DNS.Name, cfg.Discovery.DNS.HTTPPort = "dns", "decode", "localhost", 18000
+	cfg.Discovery.Sources = []config.DiscoverySource{{Mode: "dns", Role: "prefill", DNS: config.DNSDiscovery{Name: "localhost", HTTPPort: 18001}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(changes, 100)
+	a.Registry.Subscribe(ch)
+	stop := testrun.Start(t, a, Listeners{})
+	defer stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		d, okD := a.Registry.Get("127.0.0.1:18000")
+		p, okP := a.Registry.Get("127.0.0.1:18001")
+		if okD && okP {
+			if d.Role != workers.RoleDecode || p.Role != workers.RolePrefill {
+				t.Fatalf("roles %q / %q, want decode from discovery.role and prefill from its source", d.Role, p.Role)
+			}
+			if _, ok := a.Registry.Get("static"); !ok {
+				t.Fatal("static workers stay beside discovered ones")
+			}
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("both sources were never discovered; registry: %v", a.Registry.All())
+		}
+	}
+}

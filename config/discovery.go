@@ -1,6 +1,8 @@
 package config
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -31,6 +33,25 @@ type Discovery struct {
 	// Profile is the speed prior of every discovered worker.
 	Profile WorkerProfile `mapstructure:"profile"`
 
+	// Role is the prefill/decode role of every worker this source discovers (prefill,
+	// decode, both; "" aggregated): EndpointSlices and DNS records carry no pod labels.
+	Role string `mapstructure:"role"`
+
+	Kubernetes KubernetesDiscovery `mapstructure:"kubernetes"`
+	DNS        DNSDiscovery        `mapstructure:"dns"`
+
+	// Sources are further sources beside the one above (e.g. a prefill Service and a
+	// decode Service, each with its role), run whatever Mode is; each shares
+	// refresh_interval, models, the KV event templates and profile above.
+	Sources []DiscoverySource `mapstructure:"sources"`
+}
+
+// DiscoverySource is one further discovery source (Discovery.Sources).
+type DiscoverySource struct {
+	Mode string `mapstructure:"mode"` // kubernetes or dns
+	Role string `mapstructure:"role"` // as Discovery.Role
+	// Kubernetes: an empty port name is discovery.kubernetes's; DNS: http_port must be
+	// set, kv_events_port 0 = none.
 	Kubernetes KubernetesDiscovery `mapstructure:"kubernetes"`
 	DNS        DNSDiscovery        `mapstructure:"dns"`
 }
@@ -70,6 +91,24 @@ func defaultDiscovery() Discovery {
 }
 
 func (d Discovery) validate() error {
+	if _, err := workers.ParseRole(d.Role); err != nil {
+		return fieldErr("discovery.role", "%v", err)
+	}
+	for i, src := range d.Sources {
+		key := fmt.Sprintf("discovery.sources[%d]", i)
+		if src.Mode != "kubernetes" && src.Mode != "dns" {
+			return fieldErr(key+".mode", "unknown mode %q (one of kubernetes, dns)", src.Mode)
+		}
+		one := d
+		one.Mode, one.Role, one.Kubernetes, one.DNS, one.Sources = src.Mode, src.Role, src.Kubernetes, src.DNS, nil
+		if err := one.validate(); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				return fieldErr(key+strings.TrimPrefix(fe.Key, "discovery"), "%s", fe.Problem)
+			}
+			return err
+		}
+	}
 	switch d.Mode {
 	case "static":
 		return nil

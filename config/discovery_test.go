@@ -52,6 +52,12 @@ func TestDiscoveryValidation(t *testing.T) {
 		}, "discovery.kv_events_replay_endpoint"},
 		{"negative rate", func(d *Discovery) { d.Mode, d.DNS.Name, d.Profile.DecodeTokensPerSecond = "dns", "vllm", -1 }, "discovery.profile"},
 		{"negative max_num_seqs", func(d *Discovery) { d.Mode, d.DNS.Name, d.Profile.MaxNumSeqs = "dns", "vllm", -1 }, "discovery.profile.max_num_seqs"},
+		{"unknown role", func(d *Discovery) { d.Mode, d.DNS.Name, d.Role = "dns", "vllm", "producer" }, "discovery.role"},
+		{"source mode", func(d *Discovery) { d.Sources = []DiscoverySource{{Mode: "static"}} }, "discovery.sources[0].mode"},
+		{"source dns without name", func(d *Discovery) { d.Sources = []DiscoverySource{{Mode: "dns", DNS: DNSDiscovery{HTTPPort: 8000}}} }, "discovery.sources[0].dns.name"},
+		{"source role", func(d *Discovery) {
+			d.Sources = []DiscoverySource{{Mode: "kubernetes", Role: "kv_both", Kubernetes: KubernetesDiscovery{Service: "p"}}}
+		}, "discovery.sources[0].role"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()

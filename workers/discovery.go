@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/metrics"
@@ -37,13 +38,17 @@ type Template struct {
 	KVEventsReplayEndpoint string
 	Topic                  string
 	Profile                Profile
+	// Role is every discovered worker's prefill/decode role (EndpointSlices and DNS
+	// records carry no pod labels: a prefill Service and a decode Service are two
+	// sources, each with its role); RoleAggregated none.
+	Role Role
 }
 
 // worker builds the worker at ip:httpPort; kvPort fills {port} in the templates
 // (0 leaves templates that use {port} unset, since the endpoint would be wrong).
 func (t Template) worker(name, ip string, httpPort, kvPort int) *Worker {
 	w := &Worker{Name: name, Address: net.JoinHostPort(ip, strconv.Itoa(httpPort)),
-		Models: append([]string(nil), t.Models...), Profile: t.Profile}
+		Models: append([]string(nil), t.Models...), Profile: t.Profile, Role: t.Role}
 	w.KVEvents = KVEvents{Endpoint: expand(t.KVEventsEndpoint, ip, kvPort),
 		ReplayEndpoint: expand(t.KVEventsReplayEndpoint, ip, kvPort), Topic: t.Topic}
 	if w.KVEvents.Endpoint == "" {
@@ -63,22 +68,91 @@ func expand(tmpl, ip string, port int) string {
 	return strings.NewReplacer("{ip}", host, "{port}", strconv.Itoa(port)).Replace(tmpl)
 }
 
-// applySnapshot sets static ∪ discovered on reg (a discovered worker named like a
-// static one loses) and records the refresh.
-func applySnapshot(reg *Registry, static, found []*Worker, m *metrics.Workers, source string, now time.Time, ready, notReady int) {
-	all := make([]*Worker, 0, len(static)+len(found))
-	seen := map[string]bool{}
-	for _, w := range static {
-		seen[w.Name] = true
-		all = append(all, w)
+// Union merges the workers of several discovery sources with the static ones into one
+// registry (e.g. a prefill Service and a decode Service, each a source with its
+// Template.Role): a source's Set replaces its own share only. A worker named like an
+// earlier one (the static ones first, then the sources in the order they first set)
+// loses. Safe for concurrent use.
+type Union struct {
+	Registry *Registry
+	Static   []*Worker
+
+	mu    sync.Mutex
+	order []string
+	sets  map[string][]*Worker
+}
+
+// Set replaces source's workers with found and sets static ∪ every source's on the
+// registry.
+func (u *Union) Set(source string, found []*Worker) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.sets == nil {
+		u.sets = map[string][]*Worker{}
 	}
-	for _, w := range found {
+	if _, ok := u.sets[source]; !ok {
+		u.order = append(u.order, source)
+	}
+	u.sets[source] = found
+	all := append([]*Worker(nil), u.Static...)
+	for _, s := range u.order {
+		all = append(all, u.sets[s]...)
+	}
+	u.Registry.Set(firstByName(all))
+}
+
+// firstByName drops, in order, every worker named like an earlier one.
+func firstByName(ws []*Worker) []*Worker {
+	out := ws[:0]
+	seen := make(map[string]bool, len(ws))
+	for _, w := range ws {
 		if !seen[w.Name] {
 			seen[w.Name] = true
-			all = append(all, w)
+			out = append(out, w)
 		}
 	}
-	reg.Set(all)
+	return out
+}
+
+// Sources runs several discovery sources at once (each into one Union); Run returns
+// when every source has, with the first error (the others are cancelled then).
+type Sources []Source
+
+// Run implements Source.
+func (ss Sources) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(ss))
+	for _, s := range ss {
+		go func() {
+			err := s.Run(ctx)
+			if err != nil {
+				cancel()
+			}
+			errc <- err
+		}()
+	}
+	var errs []error
+	for range ss {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// applySnapshot sets static ∪ discovered on reg (a discovered worker named like a
+// static one loses) — or, with u, found as source's share of the union — and records
+// the refresh under source.
+func applySnapshot(reg *Registry, static []*Worker, u *Union, found []*Worker, m *metrics.Workers, source string, now time.Time, ready, notReady int) {
+	if u != nil {
+		u.Set(source, found)
+	} else {
+		reg.Set(firstByName(append(append([]*Worker(nil), static...), found...)))
+	}
 	if m != nil {
 		m.Discovered.WithLabelValues(source, "ready").Set(float64(ready))
 		m.Discovered.WithLabelValues(source, "not_ready").Set(float64(notReady))

@@ -30,7 +30,12 @@ type DNS struct {
 	Interval time.Duration // lookup period; ≤ 0 means DefaultDNSInterval
 	Template Template
 	Static   []*Worker // always present besides the discovered ones
-	Resolver Resolver  // nil = net.DefaultResolver
+	// Union, when set, receives the discovered workers as this source's share (Source
+	// names it: the source label of the discovery metrics, "" = "dns") instead of
+	// Registry and Static: several sources into one registry.
+	Union    *Union
+	Source   string
+	Resolver Resolver // nil = net.DefaultResolver
 	Metrics  *metrics.Workers
 	Logger   *slog.Logger
 	Now      func() time.Time // nil = time.Now
@@ -72,7 +77,7 @@ func (d *DNS) Refresh(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		countError(d.Metrics, "dns", DiscoveryErrorLookup)
+		countError(d.Metrics, d.source(), DiscoveryErrorLookup)
 		d.Logger.Warn("dns discovery: lookup failed; keeping the previous workers", "name", d.Name, "err", err)
 		return false
 	}
@@ -85,6 +90,13 @@ func (d *DNS) Refresh(ctx context.Context) bool {
 		w.Name = w.Address
 		found = append(found, w)
 	}
-	applySnapshot(d.Registry, d.Static, found, d.Metrics, "dns", d.Now(), len(found), 0)
+	applySnapshot(d.Registry, d.Static, d.Union, found, d.Metrics, d.source(), d.Now(), len(found), 0)
 	return true
+}
+
+func (d *DNS) source() string {
+	if d.Source != "" {
+		return d.Source
+	}
+	return "dns"
 }

@@ -41,9 +41,14 @@ type Kubernetes struct {
 	Resync        time.Duration
 	Template      Template
 	Static        []*Worker
-	Metrics       *metrics.Workers
-	Logger        *slog.Logger
-	Now           func() time.Time // nil = time.Now
+	// Union, when set, receives the discovered workers as this source's share (Source
+	// names it: the source label of the discovery metrics, "" = "kubernetes") instead
+	// of Registry and Static: several sources into one registry.
+	Union   *Union
+	Source  string
+	Metrics *metrics.Workers
+	Logger  *slog.Logger
+	Now     func() time.Time // nil = time.Now
 }
 
 // InClusterClient returns a clientset using the pod's service account, and the pod's
@@ -116,17 +121,17 @@ func (k *Kubernetes) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		countError(k.Metrics, "kubernetes", DiscoveryErrorLookup)
+		countError(k.Metrics, k.source(), DiscoveryErrorLookup)
 		return ErrCacheSync
 	}
 	for {
 		slices, err := lister.EndpointSlices(k.Namespace).List(sel)
 		if err != nil {
-			countError(k.Metrics, "kubernetes", DiscoveryErrorLookup)
+			countError(k.Metrics, k.source(), DiscoveryErrorLookup)
 			k.Logger.Warn("kubernetes discovery: list failed; keeping the previous workers", "err", err)
 		} else {
 			found, ready, notReady := k.workers(slices)
-			applySnapshot(k.Registry, k.Static, found, k.Metrics, "kubernetes", k.Now(), ready, notReady)
+			applySnapshot(k.Registry, k.Static, k.Union, found, k.Metrics, k.source(), k.Now(), ready, notReady)
 		}
 		select {
 		case <-ctx.Done():
@@ -143,12 +148,12 @@ func (k *Kubernetes) workers(slices []*discoveryv1.EndpointSlice) (found []*Work
 	seen := map[string]bool{}
 	for _, s := range slices {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
-			countError(k.Metrics, "kubernetes", DiscoveryErrorBadAddress)
+			countError(k.Metrics, k.source(), DiscoveryErrorBadAddress)
 			continue
 		}
 		httpPort, ok := portNamed(s.Ports, k.HTTPPortName)
 		if !ok {
-			countError(k.Metrics, "kubernetes", DiscoveryErrorNoPort)
+			countError(k.Metrics, k.source(), DiscoveryErrorNoPort)
 			k.Logger.Warn("kubernetes discovery: EndpointSlice has no such port", "slice", s.Name, "port", k.HTTPPortName)
 			continue
 		}
@@ -166,7 +171,7 @@ func (k *Kubernetes) workers(slices []*discoveryv1.EndpointSlice) (found []*Work
 			}
 			ip := e.Addresses[0]
 			if net.ParseIP(ip) == nil {
-				countError(k.Metrics, "kubernetes", DiscoveryErrorBadAddress)
+				countError(k.Metrics, k.source(), DiscoveryErrorBadAddress)
 				continue
 			}
 			w := k.Template.worker("", ip, httpPort, kvPort)
@@ -206,4 +211,11 @@ func endpointReady(c discoveryv1.EndpointConditions) bool {
 		return false
 	}
 	return c.Ready == nil || *c.Ready
+}
+
+func (k *Kubernetes) source() string {
+	if k.Source != "" {
+		return k.Source
+	}
+	return "kubernetes"
 }

@@ -172,3 +172,51 @@ func TestDNSEmptyAnswerRemovesWorkers(t *testing.T) {
 		t.Fatalf("a successful empty answer means no workers: %q", summary(reg))
 	}
 }
+
+// Two sources into one Union — a decode Service and a prefill Service, each with its
+// role (their records carry no labels) — fill one registry beside the static workers;
+// a refresh of one replaces its share only, and Sources runs both until cancelled.
+func TestUnionOfSourcesWithRoles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := NewRegistry()
+		m := metrics.New(prometheus.NewRegistry()).Workers
+		static := &Worker{Name: "static", Address: "10.9.9.9:8000"}
+		u := &Union{Registry: reg, Static: []*Worker{static}}
+		dres, pres := &fakeResolver{}, &fakeResolver{}
+		dres.set(nil, "10.0.0.1", "10.0.0.2")
+		pres.set(nil, "10.0.1.1")
+		dec := &DNS{Registry: reg, Name: "vllm.example", HTTPPort: 8000, Interval: 10 * time.Second, Template: Template{Role: RoleDecode},
+			Static: []*Worker{static}, Union: u, Source: "dns", Resolver: dres, Metrics: m}
+		pre := &DNS{Registry: reg, Name: "vllm.example", HTTPPort: 8001, Interval: 10 * time.Second, Template: Template{Role: RolePrefill},
+			Static: []*Worker{static}, Union: u, Source: "dns:prefill", Resolver: pres, Metrics: m}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- Sources{dec, pre}.Run(ctx) }()
+		synctest.Wait()
+		roles := func() map[string]Role {
+			out := map[string]Role{}
+			for _, w := range reg.All() {
+				out[w.Name] = w.Role
+			}
+			return out
+		}
+		want := map[string]Role{"static": RoleAggregated, "10.0.0.1:8000": RoleDecode, "10.0.0.2:8000": RoleDecode, "10.0.1.1:8001": RolePrefill}
+		if got := roles(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("registry %v, want %v", got, want)
+		}
+		dres.set(nil) // the decode Service empties: its workers go, the prefill ones stay
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		want = map[string]Role{"static": RoleAggregated, "10.0.1.1:8001": RolePrefill}
+		if got := roles(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("after the decode source emptied: %v, want %v", got, want)
+		}
+		if n := testutil.ToFloat64(m.Discovered.WithLabelValues("dns:prefill", "ready")); n != 1 {
+			t.Fatalf("discovered{source=dns:prefill} = %v, want 1", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Sources.Run on cancel: %v", err)
+		}
+	})
+}
