@@ -83,6 +83,7 @@ func (c *Config) Validate() error {
 	add(validateModels(c.Models))
 	add(validateTokenize(c.Tokenize))
 	add(validateWorkers(c.Workers, c.Models, c.Discovery))
+	add(validatePools(c.Workers, c.Models, c.Discovery))
 	add(c.Proxy.validate())
 	add(c.Admission.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))

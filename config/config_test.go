@@ -136,6 +136,45 @@ func TestUnknownTopLevelKeyInOurTerms(t *testing.T) {
 	}
 }
 
+// A pool whose only workers are prefill workers would answer every request with 503: a
+// start-up error naming the model — for static workers, per model, and counting the
+// roles of discovery sources; a decode, both or aggregated worker (static or
+// discovered) makes it valid.
+func TestPrefillOnlyPoolRefused(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+		err  string // "" valid
+	}{
+		{"one prefill worker", func(c *Config) { c.Workers = []Worker{{Address: "127.0.0.1:8001", Role: "prefill"}} }, "the pool has only prefill"},
+		{"per model", func(c *Config) {
+			c.Models = []Model{{Name: "a"}, {Name: "b"}}
+			c.Workers = []Worker{{Address: "127.0.0.1:8001", Role: "prefill"}, {Address: "127.0.0.1:8002", Role: "decode", Models: []string{"a"}}}
+		}, `model "b" has only prefill`},
+		{"discovered prefill only", func(c *Config) {
+			c.Discovery.Mode, c.Discovery.DNS.Name, c.Discovery.Role = "dns", "p", "prefill"
+		}, "only prefill"},
+		{"a decode source", func(c *Config) {
+			c.Workers = []Worker{{Address: "127.0.0.1:8001", Role: "prefill"}}
+			c.Discovery.Sources = []DiscoverySource{{Mode: "dns", Role: "decode", DNS: DNSDiscovery{Name: "d", HTTPPort: 8000}}}
+		}, ""},
+		{"an aggregated worker", func(c *Config) {
+			c.Workers = []Worker{{Address: "127.0.0.1:8001", Role: "prefill"}, {Address: "127.0.0.1:8002"}}
+		}, ""},
+		{"no workers", func(c *Config) {}, ""},
+	} {
+		cfg := Default()
+		c.mod(&cfg)
+		err := cfg.Validate()
+		if c.err == "" && err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), "workers: ")) {
+			t.Errorf("%s: err %v, want one on workers containing %q", c.name, err, c.err)
+		}
+	}
+}
+
 // workers[].role takes prefill, decode, both or nothing; anything else is refused with
 // the key named.
 func TestWorkerRole(t *testing.T) {
@@ -144,7 +183,7 @@ func TestWorkerRole(t *testing.T) {
 		ok   bool
 	}{{"", true}, {"both", true}, {"prefill", true}, {"decode", true}, {"prefil", false}, {"Decode", false}} {
 		cfg := Default()
-		cfg.Workers = []Worker{{Address: "127.0.0.1:8001", Role: c.role}}
+		cfg.Workers = []Worker{{Address: "127.0.0.1:8001", Role: c.role}, {Address: "127.0.0.1:8002", Role: "decode"}}
 		err := cfg.Validate()
 		if c.ok && err != nil {
 			t.Errorf("role %q: %v", c.role, err)

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,6 +187,59 @@ func validateWorkers(ws []Worker, ms []Model, d Discovery) error {
 		}
 		if w.Profile.MaxNumSeqs < 0 {
 			return fieldErr(key+".profile.max_num_seqs", "must be ≥ 0 requests, got %d", w.Profile.MaxNumSeqs)
+		}
+	}
+	return nil
+}
+
+// validatePools refuses a model whose pool has prefill workers and no worker that
+// answers requests (decode, both or aggregated): the router would answer every request
+// for it with 503 (a prefill-only worker hands its KV on and never answers). The pool
+// is the static workers serving the model (workers[].models; empty = every model) and
+// the discovery sources serving it (discovery.models; empty = every model), each
+// source's workers having its role. Without models configured there is one pool.
+func validatePools(ws []Worker, ms []Model, d Discovery) error {
+	type source struct{ role string }
+	var srcs []source
+	if d.Mode != "" && d.Mode != "static" {
+		srcs = append(srcs, source{d.Role})
+	}
+	for _, s := range d.Sources {
+		srcs = append(srcs, source{s.Role})
+	}
+	names := []string{""}
+	if len(ms) > 0 {
+		names = names[:0]
+		for _, m := range ms {
+			names = append(names, m.Name)
+		}
+	}
+	for _, model := range names {
+		prefill, answers := false, false
+		add := func(role string) {
+			r, err := workers.ParseRole(role)
+			if err != nil {
+				return // reported by its own key
+			}
+			prefill = prefill || r == workers.RolePrefill
+			answers = answers || r.Decodes()
+		}
+		for _, w := range ws {
+			if model == "" || len(w.Models) == 0 || slices.Contains(w.Models, model) {
+				add(w.Role)
+			}
+		}
+		if model == "" || len(d.Models) == 0 || slices.Contains(d.Models, model) {
+			for _, s := range srcs {
+				add(s.role)
+			}
+		}
+		if prefill && !answers {
+			what := "the pool"
+			if model != "" {
+				what = fmt.Sprintf("model %q", model)
+			}
+			return fieldErr("workers", "%s has only prefill workers (role prefill): a prefill worker answers no request, so every request would be a 503; add a decode, both or aggregated worker (workers[].role, discovery.role, discovery.sources[].role)", what)
 		}
 	}
 	return nil
