@@ -78,3 +78,67 @@ func TestAdmissionKeyFileMissing(t *testing.T) {
 		t.Fatalf("want a start error, got %v", err)
 	}
 }
+
+// /debug/admission prints durations as seconds, in *_seconds fields (as its
+// window_seconds), never as time.Duration's integer nanoseconds.
+func TestDebugAdmissionSeconds(t *testing.T) {
+	cfg := config.Default()
+	cfg.Admission.Identity = []string{"header"}
+	cfg.Admission.Tenants = []config.TenantLimits{{Name: "acme", Limits: config.Limits{TokensPerMinute: 5000,
+		TokenWindows: []config.TokenWindow{{Window: 24 * time.Hour, Tokens: 5_000_000}}}}}
+	cfg.Admission.Classes = []config.Class{{Name: "chat", Priority: 10, TTFTObjective: 1500 * time.Millisecond,
+		QueueLimit: 4, MaxQueueTime: 2 * time.Second, OnSLOMiss: config.SLOMissRefuse}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(&cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Admission, err = admission.New(admission.Options{Config: cfg.Admission, Metrics: a.Metrics,
+		Now: func() time.Time { return time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC) }}); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := a.Admission.Identify(admission.Input{EdgeHeaders: true, Header: func(k string) string {
+		if k == cfg.Admission.TenantHeader {
+			return "acme"
+		}
+		return ""
+	}})
+	if _, err := a.Admission.Reserve(id, admission.Want{PromptTokens: 100, MaxTokens: 20}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.AdminHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/debug/admission")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var out struct {
+		Tenants []map[string]any `json:"tenants"`
+		Classes []map[string]any `json:"classes"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %v %s", resp.StatusCode, err, raw)
+	}
+	if len(out.Classes) != 1 || out.Classes[0]["ttft_objective_seconds"] != 1.5 || out.Classes[0]["max_queue_time_seconds"] != 2.0 ||
+		out.Classes[0]["queue_limit"] != 4.0 || out.Classes[0]["name"] != "chat" {
+		t.Fatalf("classes: %s", raw)
+	}
+	if _, ok := out.Classes[0]["ttft_objective"]; ok {
+		t.Fatalf("the nanosecond field is still there: %s", raw)
+	}
+	if len(out.Tenants) != 1 || out.Tenants[0]["tenant"] != "acme" || out.Tenants[0]["window_tokens"] != 120.0 {
+		t.Fatalf("tenants: %s", raw)
+	}
+	lim, _ := out.Tenants[0]["limits"].(map[string]any)
+	ws, _ := lim["token_windows"].([]any)
+	if lim["tokens_per_minute"] != 5000.0 || len(ws) != 1 {
+		t.Fatalf("limits: %s", raw)
+	}
+	if w, _ := ws[0].(map[string]any); w["window_seconds"] != 86400.0 || w["tokens"] != 5e6 {
+		t.Fatalf("token window: %s", raw)
+	}
+}
