@@ -1,7 +1,6 @@
 package scripts_test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,17 +38,9 @@ func runDeps(t *testing.T, path string, args ...string) (int, string) {
 	if err != nil {
 		t.Skip("bash is not installed")
 	}
-	var stderr bytes.Buffer
 	cmd := exec.Command(bash, append([]string{script}, args...)...)
 	cmd.Env = []string{"PATH=" + path, "HOME=" + t.TempDir()}
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), stderr.String()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return 0, stderr.String()
+	return runStderr(t, cmd)
 }
 
 // `make build` needs Go, pkg-config and libzmq only: with those and without npm, node,
