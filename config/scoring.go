@@ -51,6 +51,9 @@ type Scoring struct {
 	KVTransferBytesPerSecond float64       `mapstructure:"kv_transfer_bytes_per_second"`
 	KVTransferLatency        time.Duration `mapstructure:"kv_transfer_latency"`
 	PDMaxLocalPrefillTokens  int           `mapstructure:"pd_max_local_prefill_tokens"`
+	// KVTransferLearnWeight, in [0, 1], learns the transfer bandwidth from observed
+	// transfers (an EWMA of this weight, within 1/8× to 8× the configured one); 0 off.
+	KVTransferLearnWeight float64 `mapstructure:"kv_transfer_learn_weight"`
 	// MaxTTFT sheds (429) requests whose best prediction exceeds it; 0 disables.
 	MaxTTFT time.Duration `mapstructure:"max_ttft"`
 	// ShedOnSLOMiss sheds requests whose x-slo-ttft-ms no worker is predicted to meet.
@@ -157,7 +160,7 @@ func (s Scoring) Options() scoring.Options {
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,
 			GIEBlockChars: s.Baselines.GIEBlockChars, PDNonCachedTokens: s.Baselines.PDNonCachedTokens},
 		KVBytesPerToken: s.KVBytesPerToken, KVTransferBytesPerSecond: s.KVTransferBytesPerSecond, KVTransferLatency: s.KVTransferLatency,
-		PDMaxLocalPrefillTokens: s.PDMaxLocalPrefillTokens,
+		PDMaxLocalPrefillTokens: s.PDMaxLocalPrefillTokens, KVTransferLearnWeight: s.KVTransferLearnWeight,
 	}
 }
 
@@ -223,6 +226,9 @@ func (s Scoring) validate() error {
 	}
 	if s.PDMaxLocalPrefillTokens < -1 || s.PDMaxLocalPrefillTokens == 0 {
 		return fieldErr("scoring.pd_max_local_prefill_tokens", "must be ≥ 1 tokens, or -1 for no cap, got %d", s.PDMaxLocalPrefillTokens)
+	}
+	if !(s.KVTransferLearnWeight >= 0 && s.KVTransferLearnWeight <= 1) {
+		return fieldErr("scoring.kv_transfer_learn_weight", "must be in [0, 1] (0 off), got %g", s.KVTransferLearnWeight)
 	}
 	if s.Baselines.PDNonCachedTokens < -1 || s.Baselines.PDNonCachedTokens == 0 {
 		return fieldErr("scoring.baselines.llmd_pd_non_cached_tokens", "must be ≥ 1 tokens, or -1 to always disaggregate, got %d", s.Baselines.PDNonCachedTokens)

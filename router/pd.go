@@ -21,6 +21,7 @@ type prefillLeg struct {
 	done      bool               // PrefillDone was called (or the first token came): the leg is over
 	failed    bool               // the leg failed: the decode worker prefills locally
 	retried   bool               // this leg is the retry of a failed one (RetryPrefill)
+	endAt     time.Time          // PrefillDone(nil): when the KV was ready; zero unseen
 }
 
 // PrefillDone records the end of the remote prefill leg: the answer of PrefillAddress
@@ -49,6 +50,7 @@ func (t *Ticket) PrefillDone(err error) {
 	if err == nil {
 		obs, learn = t.prefillObservationLocked(now)
 		t.releasePrefillLocked(now)
+		t.pf.endAt = now
 	} else {
 		t.releasePrefillLocked(now)
 		t.pf.failed = true
@@ -346,6 +348,23 @@ func (r *Router) prefillRemovedLocked(name string) {
 		if t.pf.on == name {
 			t.pf.on = ""
 		}
+	}
+}
+
+// transferObservedLocked returns the observed transfer of t, whose first token came at
+// at: from its prefill leg's end (PrefillDone(nil)) to now, and whether there is one
+// (a remote prefill the front reported done, not fallen back). Caller holds r.mu.
+func (t *Ticket) transferObservedLocked(at time.Time) (time.Duration, bool) {
+	if t.PrefillWorker == "" || t.pf.failed || t.pf.endAt.IsZero() {
+		return 0, false
+	}
+	return at.Sub(t.pf.endAt), true
+}
+
+// observeTransfer teaches a scoring.TransferLearner policy t's observed transfer d.
+func (r *Router) observeTransfer(t *Ticket, d time.Duration) {
+	if tl, ok := r.opt.Policy.(scoring.TransferLearner); ok {
+		tl.ObserveTransfer(max(t.PromptTokens-t.CachedTokens, 0), t.kvBytesPerToken, d, t.Predicted.Transfer)
 	}
 }
 

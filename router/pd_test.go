@@ -448,3 +448,34 @@ func TestPDRetryPrefillPairPicker(t *testing.T) {
 		}
 	}
 }
+
+// With scoring.kv_transfer_learn_weight, a remote prefill whose end the front reported
+// teaches the policy its transfer (PrefillDone to the first token); one whose leg the
+// front never saw end (behind Envoy) or that fell back teaches nothing.
+func TestPDObservedTransferTeachesBandwidth(t *testing.T) {
+	f, _ := pdFixture(t)
+	o := scoring.DefaultOptions()
+	o.KVTransferLearnWeight = 1
+	pol := scoring.NewPredictor(o, true)
+	f.r = New(Options{Registry: f.reg, Models: []Model{{Name: "m", BlockSize: 16, KVBytesPerToken: 1 << 20}}, Policy: pol,
+		TicketTTL: time.Minute, Metrics: f.ms, Now: f.clk.now})
+	unseen := f.pdPick(t, 8192, 2)
+	f.clk.add(time.Second)
+	unseen.FirstToken(time.Time{})
+	if got := pol.TransferBandwidth(); got != o.KVTransferBytesPerSecond {
+		t.Fatalf("bandwidth %g after a transfer the front never saw begin, want the configured %g", got, o.KVTransferBytesPerSecond)
+	}
+	tk := f.pdPick(t, 8192, 1)
+	if tk.PrefillWorker == "" {
+		t.Fatal("not disaggregated")
+	}
+	f.clk.add(time.Second)
+	tk.PrefillDone(nil)
+	f.clk.add(tk.Predicted.Transfer * 4) // four times the predicted transfer
+	tk.FirstToken(time.Time{})
+	if got := pol.TransferBandwidth(); !(got < o.KVTransferBytesPerSecond/4) || got < o.KVTransferBytesPerSecond/8 {
+		t.Fatalf("bandwidth %g after a transfer 4× slower than predicted, want below a quarter of %g, within the 1/8 floor", got, o.KVTransferBytesPerSecond)
+	}
+	tk.Done(200, response.Usage{}, time.Time{})
+	unseen.Done(200, response.Usage{}, time.Time{})
+}

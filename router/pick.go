@@ -140,7 +140,7 @@ func (r *Router) Pick(ctx context.Context, req *request.Request, opt PickOptions
 	t := &Ticket{
 		r: r, id: r.seq.Add(1), RequestID: opt.RequestID, Worker: c.Worker.Name, Address: c.Worker.Address,
 		Model: in.Model, PromptTokens: in.PromptTokens, CachedTokens: c.CachedTokens, Reason: d.Reason,
-		Path: in.path, Degraded: in.Degraded, Start: in.Now, booked: c.Booked, load: c.Load,
+		Path: in.path, Degraded: in.Degraded, Start: in.Now, booked: c.Booked, load: c.Load, kvBytesPerToken: in.KVBytesPerToken,
 	}
 	if d.Predictions != nil {
 		t.Predicted = d.Predictions[d.Index]

@@ -50,12 +50,15 @@ type Ticket struct {
 	// when it is empty).
 	PrefillCachedTokens int
 
-	prefill  int            // booked uncached prefill tokens
-	kvTokens int            // KV footprint booked: prompt + requested output tokens
-	slo      ClassPolicy    // the class of a request picked with an objective (SLO > 0); zero none
-	sloPred  time.Duration  // with slo: the predicted TTFT it was admitted on; 0 none
-	booked   scoring.Booked // the worker's bookings before this one (learning feature)
-	load     workers.Load
+	prefill int // booked uncached prefill tokens
+	// kvBytesPerToken is the model's KV bytes per token at the pick (0: the policy's
+	// default), for the transfer a remote prefill moves
+	kvBytesPerToken float64
+	kvTokens        int            // KV footprint booked: prompt + requested output tokens
+	slo             ClassPolicy    // the class of a request picked with an objective (SLO > 0); zero none
+	sloPred         time.Duration  // with slo: the predicted TTFT it was admitted on; 0 none
+	booked          scoring.Booked // the worker's bookings before this one (learning feature)
+	load            workers.Load
 
 	// guarded by r.mu
 	firstAt time.Time
@@ -107,6 +110,7 @@ func (t *Ticket) FirstToken(at time.Time) {
 	// A first token means the prefill leg is over, whether or not the front reported it
 	// (behind Envoy the decode worker's sidecar runs it, unseen).
 	pfObs, pfLearn := t.prefillObservationLocked(at)
+	xfer, xferSeen := t.transferObservedLocked(at)
 	t.releasePrefillLocked(at)
 	learns := t.learnsLocked()
 	r.mu.Unlock()
@@ -123,6 +127,9 @@ func (t *Ticket) FirstToken(at time.Time) {
 		case pfLearn:
 			l.Observe(pfObs)
 		}
+	}
+	if xferSeen {
+		r.observeTransfer(t, xfer)
 	}
 	if f := t.onFirst.Load(); f != nil {
 		(*f)(ttft)

@@ -28,6 +28,7 @@ type Predictor struct {
 	gen     uint64                  // guarded by mu: bumped by every change of workers' entries
 	pool    poolState               // guarded by mu
 	reuse   reuseClock              // guarded by mu (turnover.go)
+	bw      float64                 // guarded by mu: the learned transfer bandwidth, bytes/s; 0 the configured (pd.go)
 }
 
 // workerModel is what the predictor knows about one worker.

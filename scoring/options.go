@@ -116,6 +116,12 @@ type Options struct {
 	// disaggregated pair (vLLM's NixlConnector reads the prefill worker's blocks over
 	// RDMA), bytes per second. 0 → 25e9 (a 200 Gb/s link).
 	KVTransferBytesPerSecond float64
+	// KVTransferLearnWeight, in (0, 1], learns the transfer bandwidth from observed
+	// transfers (TransferLearner): each moves the bandwidth in use by this weight toward
+	// the observed bytes ÷ (decode first token − prefill end − the prediction's other
+	// terms), kept within [KVTransferBytesPerSecond ÷ 8, KVTransferBytesPerSecond × 8].
+	// ≤ 0 (the default): the configured bandwidth is used as is.
+	KVTransferLearnWeight float64
 	// KVTransferLatency is the fixed time of one KV transfer (the decode worker's
 	// read request and its completion notice). 0 → 2 ms.
 	KVTransferLatency time.Duration

@@ -42,7 +42,8 @@ type PairDecision struct {
 // P the prompt tokens, C_c the prefix c already caches (vLLM's NixlConnector reads only
 // the blocks the decode worker lacks: get_num_new_matched_tokens counts from its local
 // hit), B the model's KV bytes per token (Input.KVBytesPerToken, else
-// Options.KVBytesPerToken), BW Options.KVTransferBytesPerSecond; then c schedules it as
+// Options.KVBytesPerToken), BW TransferBandwidth (Options.KVTransferBytesPerSecond, or
+// learned: ObserveTransfer); then c schedules it as
 // any request (its prior overhead) in a step that carries its R_c running sequences
 // (the decode-interference prior per sequence, model.go).
 func (p *Predictor) transfer(in *Input, c *Candidate) time.Duration {
@@ -56,8 +57,65 @@ func (p *Predictor) transfer(in *Input, c *Candidate) time.Duration {
 		running = max(running, w*c.Load.Running)
 	}
 	pr := priorFor(&p.o, c)
-	s := p.o.KVTransferLatency.Seconds() + moved*bpt/p.o.KVTransferBytesPerSecond + pr.overhead + running*pr.decodePerStep
+	s := p.o.KVTransferLatency.Seconds() + moved*bpt/p.TransferBandwidth() + pr.overhead + running*pr.decodePerStep
 	return satDuration(s)
+}
+
+// TransferLearner is a policy that learns the prefill→decode transfer from observed
+// transfers (the router reports each remote prefill whose end and decode first token
+// it saw).
+type TransferLearner interface {
+	// ObserveTransfer reports one transfer: moved tokens of KV at bytesPerToken bytes
+	// each (≤ 0: the policy's default), observed from the prefill leg's end to the
+	// decode worker's first token, against the predicted transfer (Prediction.Transfer).
+	ObserveTransfer(moved int, bytesPerToken float64, observed, predicted time.Duration)
+}
+
+// TransferBandwidth is the transfer bandwidth the predictor uses now, bytes per second:
+// Options.KVTransferBytesPerSecond, or what ObserveTransfer learned.
+func (p *Predictor) TransferBandwidth() float64 {
+	if p.o.KVTransferLearnWeight <= 0 {
+		return p.o.KVTransferBytesPerSecond
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.bw > 0 {
+		return p.bw
+	}
+	return p.o.KVTransferBytesPerSecond
+}
+
+// ObserveTransfer implements TransferLearner: with Options.KVTransferLearnWeight w > 0,
+// the observed wire time is the observed transfer less the prediction's terms other
+// than bytes ÷ bandwidth (latency, the decode worker's overhead and its running
+// sequences' step: predicted − B ÷ BW), and the bandwidth in use moves as an EWMA,
+//
+//	BW ← (1 − w) · BW + w · clamp(B ÷ wire, BW₀ ÷ 8, BW₀ × 8)
+//
+// BW₀ the configured bandwidth, B = moved × bytesPerToken. A transfer of no bytes, or
+// whose wire time is not positive (the other terms were over-predicted), teaches
+// nothing.
+func (p *Predictor) ObserveTransfer(moved int, bytesPerToken float64, observed, predicted time.Duration) {
+	w := p.o.KVTransferLearnWeight
+	if w <= 0 || moved <= 0 || observed <= 0 {
+		return
+	}
+	if !(bytesPerToken > 0) {
+		bytesPerToken = p.o.KVBytesPerToken
+	}
+	b := float64(moved) * bytesPerToken
+	bw0 := p.o.KVTransferBytesPerSecond
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bw := p.bw
+	if bw <= 0 {
+		bw = bw0
+	}
+	wire := observed.Seconds() - max(predicted.Seconds()-b/bw, 0)
+	if !(wire > 0) {
+		return
+	}
+	p.bw = (1-min(w, 1))*bw + min(w, 1)*min(max(b/wire, bw0/8), bw0*8)
 }
 
 // kvLoad is the decode worker c's KV footprint with the request, as a fraction of its

@@ -195,3 +195,33 @@ func TestPickPairRefusesOnThePairsPrediction(t *testing.T) {
 		t.Fatalf("pair past max_ttft: %+v, want shed", d.Decision)
 	}
 }
+
+// The transfer bandwidth is learned only when asked: an EWMA of observed bytes ÷ the
+// wire time (the observed transfer less the prediction's other terms), within 1/8× to
+// 8× the configured bandwidth; a transfer of no bytes or no wire time teaches nothing.
+func TestObserveTransferLearnsBandwidth(t *testing.T) {
+	off := pdPredictor(nil)
+	off.ObserveTransfer(1000, 1e6, time.Second, 50*time.Millisecond)
+	if got := off.TransferBandwidth(); got != 25e9 {
+		t.Fatalf("bandwidth with learning off %g, want the configured 25e9", got)
+	}
+	p := pdPredictor(func(o *Options) { o.KVTransferLearnWeight = 0.5 })
+	// 1 GB predicted at 25 GB/s (40 ms) + 10 ms of other terms; observed 1.01 s: the
+	// wire took 1 s, 1 GB/s — under the 1/8× floor (3.125 GB/s), so the floor counts.
+	p.ObserveTransfer(1000, 1e6, 1010*time.Millisecond, 50*time.Millisecond)
+	if got, want := p.TransferBandwidth(), 0.5*25e9+0.5*25e9/8; got != want {
+		t.Fatalf("bandwidth after one slow transfer %g, want %g", got, want)
+	}
+	before := p.TransferBandwidth()
+	p.ObserveTransfer(0, 1e6, time.Second, 0)                         // no bytes
+	p.ObserveTransfer(1000, 1e6, 500*time.Millisecond, 2*time.Second) // other terms over-predicted: no wire time
+	if p.TransferBandwidth() != before {
+		t.Fatal("a transfer of no bytes or no wire time moved the bandwidth")
+	}
+	// The learned bandwidth reaches the pair's predicted transfer.
+	fresh := pdPredictor(nil)
+	in := input(32768)
+	if slow, fast := p.PickPair(in, pdCands(0, 0)).Predicted.Transfer, fresh.PickPair(in, pdCands(0, 0)).Predicted.Transfer; slow <= fast {
+		t.Fatalf("transfer with the learned bandwidth %v, want > %v at the configured one", slow, fast)
+	}
+}
