@@ -27,35 +27,15 @@ func TestRunStartsDNSDiscovery(t *testing.T) {
 	cfg.Workers = []config.Worker{{Name: "static", Address: "10.0.0.9:8000"}}
 	cfg.Discovery.Mode, cfg.Discovery.DNS.Name, cfg.Discovery.DNS.HTTPPort = "dns", "localhost", 18000
 	cfg.Discovery.KVEventsEndpoint = "tcp://{ip}:{port}"
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
+	a, stop := startDiscovery(t, &cfg, func(a *App) bool { _, ok := a.Registry.Get("127.0.0.1:18000"); return ok })
+	defer stop()
+	w, _ := a.Registry.Get("127.0.0.1:18000")
+	if w.KVEvents.Endpoint != "tcp://127.0.0.1:5557" || len(w.Models) != 1 || w.Models[0] != "m" {
+		t.Fatalf("discovered worker built from the discovery keys: %+v", w)
 	}
-	a, err := New(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
+	if _, ok := a.Registry.Get("static"); !ok {
+		t.Fatal("static workers stay beside discovered ones")
 	}
-	ch := make(changes, 100)
-	a.Registry.Subscribe(ch)
-	stop := testrun.Start(t, a, Listeners{})
-	deadline := time.After(10 * time.Second)
-	for {
-		w, ok := a.Registry.Get("127.0.0.1:18000")
-		if ok {
-			if w.KVEvents.Endpoint != "tcp://127.0.0.1:5557" || len(w.Models) != 1 || w.Models[0] != "m" {
-				t.Fatalf("discovered worker built from the discovery keys: %+v", w)
-			}
-			if _, ok := a.Registry.Get("static"); !ok {
-				t.Fatal("static workers stay beside discovered ones")
-			}
-			break
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("localhost was never discovered; registry: %v", a.Registry.All())
-		}
-	}
-	stop()
 }
 
 func TestRunFailsWhenKubernetesIsUnreachable(t *testing.T) {
@@ -109,34 +89,45 @@ func TestRunDiscoversRolesPerSource(t *testing.T) {
 	cfg.Workers = []config.Worker{{Name: "static", Address: "10.0.0.9:8000", Role: "decode"}}
 	cfg.Discovery.Mode, cfg.Discovery.Role, cfg.Discovery.DNS.Name, cfg.Discovery.DNS.HTTPPort = "dns", "decode", "localhost", 18000
 	cfg.Discovery.Sources = []config.DiscoverySource{{Mode: "dns", Role: "prefill", DNS: config.DNSDiscovery{Name: "localhost", HTTPPort: 18001}}}
+	a, stop := startDiscovery(t, &cfg, func(a *App) bool {
+		_, okD := a.Registry.Get("127.0.0.1:18000")
+		_, okP := a.Registry.Get("127.0.0.1:18001")
+		return okD && okP
+	})
+	defer stop()
+	d, _ := a.Registry.Get("127.0.0.1:18000")
+	p, _ := a.Registry.Get("127.0.0.1:18001")
+	if d.Role != workers.RoleDecode || p.Role != workers.RolePrefill {
+		t.Fatalf("roles %q / %q, want decode from discovery.role and prefill from its source", d.Role, p.Role)
+	}
+	if _, ok := a.Registry.Get("static"); !ok {
+		t.Fatal("static workers stay beside discovered ones")
+	}
+}
+
+// startDiscovery validates cfg, starts its app and returns it with a stop function,
+// once until(a) holds, re-checked on every registry change (it fails after a generous
+// deadline, never reached when correct).
+func startDiscovery(t *testing.T, cfg *config.Config, until func(a *App) bool) (*App, func()) {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ch := make(changes, 100)
 	a.Registry.Subscribe(ch)
 	stop := testrun.Start(t, a, Listeners{})
-	defer stop()
 	deadline := time.After(10 * time.Second)
-	for {
-		d, okD := a.Registry.Get("127.0.0.1:18000")
-		p, okP := a.Registry.Get("127.0.0.1:18001")
-		if okD && okP {
-			if d.Role != workers.RoleDecode || p.Role != workers.RolePrefill {
-				t.Fatalf("roles %q / %q, want decode from discovery.role and prefill from its source", d.Role, p.Role)
-			}
-			if _, ok := a.Registry.Get("static"); !ok {
-				t.Fatal("static workers stay beside discovered ones")
-			}
-			return
-		}
+	for !until(a) {
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("both sources were never discovered; registry: %v", a.Registry.All())
+			stop()
+			t.Fatalf("discovery never reached the wanted registry; it is %v", a.Registry.All())
 		}
 	}
+	return a, stop
 }

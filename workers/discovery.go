@@ -132,16 +132,13 @@ func (ss Sources) Run(ctx context.Context) error {
 			errc <- err
 		}()
 	}
-	var errs []error
+	var first error
 	for range ss {
-		if err := <-errc; err != nil {
-			errs = append(errs, err)
+		if err := <-errc; err != nil && first == nil {
+			first = err
 		}
 	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
+	return first
 }
 
 // applySnapshot sets static ∪ discovered on reg (a discovered worker named like a

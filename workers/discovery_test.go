@@ -220,3 +220,19 @@ func TestUnionOfSourcesWithRoles(t *testing.T) {
 		}
 	})
 }
+
+// sourceFunc is a Source from a function (a source that fails to start, or one that
+// runs until cancelled).
+type sourceFunc func(context.Context) error
+
+func (f sourceFunc) Run(ctx context.Context) error { return f(ctx) }
+
+// Sources.Run: a source that cannot start fails the whole run and cancels the others.
+func TestSourcesFailTogether(t *testing.T) {
+	boom := errors.New("cannot list endpointslices")
+	err := Sources{sourceFunc(func(ctx context.Context) error { <-ctx.Done(); return nil }),
+		sourceFunc(func(context.Context) error { return boom })}.Run(t.Context())
+	if !errors.Is(err, boom) {
+		t.Fatalf("Sources.Run = %v, want the failing source's error", err)
+	}
+}
