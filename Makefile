@@ -7,17 +7,20 @@ LDFLAGS := -s -w -X github.com/kvroute/kvroute/app.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=1 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps build check-tree test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak soak-trust loadtest classify-example
+.PHONY: all deps deps-build deps-demo deps-test build check-tree test test-short bench demo clean tokenizers tokenizer-goldens fuzz soak soak-trust loadtest classify-example
 
 all: build
 
-deps:
-	@scripts/deps.sh
+# The system packages each target needs (scripts/deps.sh installs them as root, else
+# names them): build needs Go and libzmq only; demo adds curl; test adds the test tools.
+deps: deps-test
+deps-build deps-demo deps-test:
+	@GO=$(GO) scripts/deps.sh $(@:deps-%=%)
 
-build: deps
+build: deps-build
 	$(GOBUILD) -o $(BIN)/ ./cmd/...
 
-test: deps tokenizers
+test: deps-test tokenizers
 	scripts/check-tree.sh
 	$(GO) vet ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
@@ -74,7 +77,7 @@ test-short:
 
 # 3 simulated L40S workers + kvroute proxy + a shared-prefix workload through kvroute,
 # random and round robin (scripts/demo.sh; under 3 minutes, loopback only).
-demo: build
+demo: deps-demo build
 	@scripts/demo.sh
 
 # Virtual-time scoreboard: kvroute ÷ best peer on every scoreboard workload, all policies,

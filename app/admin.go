@@ -22,7 +22,7 @@ import (
 //	POST /debug/tokenize/reset  return models the shadow check switched off their local path (to remote or load-only) to their paths (?model=NAME: one)
 //	GET /debug/explain   JSON: per worker cached tokens, TTFT terms and the choice for a request body; books nothing (explain.go)
 //	GET /debug/peers     JSON: peer replicas seen, their state's age, bytes exchanged, bookings imported (peers.go)
-//	GET /debug/admission JSON: budget state per tenant (limits, current window's tokens and requests, concurrent), the QoS classes, queue depth per class with a queue; no keys
+//	GET /debug/admission JSON: budget state per tenant (limits, current window's tokens and requests, concurrent), the QoS classes, queue depth per class with a queue; durations in seconds; no keys (debugadmission.go)
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
@@ -39,10 +39,7 @@ func (a *App) AdminHandler() http.Handler {
 	mux.HandleFunc("POST /debug/tokenize/reset", a.debugAuth(a.resetShadow))
 	mux.HandleFunc("GET /debug/explain", a.debugAuth(a.debugExplain))
 	mux.HandleFunc("GET /debug/peers", a.debugAuth(a.debugPeers))
-	mux.HandleFunc("GET /debug/admission", a.debugAuth(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"tenants": a.Admission.Snapshot(),
-			"classes": a.Config.Admission.Classes, "queue_depths": a.Admission.QueueDepths()})
-	}))
+	mux.HandleFunc("GET /debug/admission", a.debugAuth(a.debugAdmission))
 	return mux
 }
 

@@ -26,7 +26,7 @@ const usage = `kvroute — KV-cache-aware router for vLLM behind Envoy
 Usage:
   kvroute serve [flags]    run the Envoy ext_proc server (gRPC), gRPC health and admin HTTP
   kvroute proxy [flags]    run a plain OpenAI-compatible reverse proxy (no Envoy) and admin HTTP
-  kvroute config [flags]   print the effective configuration keys and values, then exit
+  kvroute config [flags]   print the effective configuration (defaults applied), then exit
   kvroute classify CMD     train, evaluate a text classifier or score PII recognizers (docs/classification.md)
   kvroute version          print the version
 
@@ -81,7 +81,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if cmd == "config" {
-		for _, kv := range config.Values(cfg) {
+		// What the server will use: defaults applied where a zero selects one.
+		eff := cfg.Effective()
+		for _, kv := range config.Values(&eff) {
 			fmt.Fprintf(stdout, "%s = %s\n", kv.Key, kv.Value)
 		}
 		return 0

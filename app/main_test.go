@@ -34,13 +34,20 @@ func TestMainUsageErrorsAreReported(t *testing.T) {
 	}
 }
 
-// `kvroute config` prints every effective key as key = value, lists in the config's own key names.
+// `kvroute config` prints every effective key as key = value, lists in the config's own
+// key names, with the defaults the server applies where a zero selects one
+// (config.Effective), not the zeros.
 func TestMainConfigPrintsKeys(t *testing.T) {
-	code, out, stderr := runMain("config", "--router.ticket_ttl=5m", `--workers=[{address: "127.0.0.1:8001"}]`)
+	code, out, stderr := runMain("config", "--router.ticket_ttl=5m", `--workers=[{address: "127.0.0.1:8001"}]`,
+		`--models=[{name: m1}]`, `--admission.classes=[{name: chat}]`)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"router.ticket_ttl = 5m0s\n", "server.ext_proc_addr = :9002\n", `"address":"127.0.0.1:8001"`} {
+	for _, want := range []string{"router.ticket_ttl = 5m0s\n", "server.ext_proc_addr = :9002\n", `"address":"127.0.0.1:8001"`,
+		`"kv_dtype_bytes":2,`, `"block_size":16,`, `"remote_tokenize_timeout":"250ms"`, `"name":"127.0.0.1:8001"`,
+		`"max_num_seqs":256,`, `"slo_attainment":0.9`, `"on_slo_miss":"admit"`,
+		"tokenize.cache_bytes = 67108864\n", "tokenize.shadow.fraction = 0.01\n", "index.replay_buffer_frames = 4096\n",
+		"scoring.scrape.timeout = 1s\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

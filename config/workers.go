@@ -92,7 +92,7 @@ func (m Model) KVBytes() float64 {
 	}
 	dt := m.KVDtypeBytes
 	if dt <= 0 {
-		dt = 2
+		dt = DefaultKVDtypeBytes
 	}
 	return 2 * float64(m.NumLayers) * float64(m.NumKVHeads) * float64(m.HeadDim) * float64(dt)
 }

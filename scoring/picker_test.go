@@ -96,6 +96,42 @@ func TestSLOPrefersWorkersMeetingIt(t *testing.T) {
 	}
 }
 
+// scoring.shed_on_slo_miss and a refusing class's calibrated threshold
+// (admission.classes[].on_slo_miss: refuse, Input.RefuseAbove) do not stack: a request
+// of a refusing class is refused or admitted by its threshold alone, shed_on_slo_miss or
+// not; shed_on_slo_miss judges the other requests with an objective against the raw
+// objective, and never a request without token information (docs/configuration.md).
+func TestShedOnSLOMissYieldsToCalibratedRefusal(t *testing.T) {
+	ps := NewPredictor(Options{Rand: seeded(1), ShedOnSLOMiss: true}, true)
+	cs := []Candidate{cand("cold", 0, 0), cand("cold2", 0, 0)} // 4000 uncached tokens: ≈ 0.82 s
+	in := input(4000)
+	in.SLO = 700 * time.Millisecond
+	if d := ps.Pick(in, cs); !d.Shed || d.Reason != ReasonSLO {
+		t.Fatalf("shed_on_slo_miss: a request no worker is predicted to meet is shed (reason slo), got %+v", d)
+	}
+	// A refusing class whose margin is below 1 (the predictor over-estimated lately):
+	// threshold 900 ms > 0.82 s, admitted although past the raw objective.
+	in.RefuseOnSLOMiss, in.RefuseAbove = true, 900*time.Millisecond
+	if d := ps.Pick(in, cs); d.Shed || d.Reason == ReasonSLO {
+		t.Fatalf("under a refusing class's threshold the request is admitted with the usual placement, got %+v", d)
+	}
+	in.RefuseAbove = 600 * time.Millisecond // margin above 1: refused by its threshold
+	if d := ps.Pick(in, cs); !d.Shed || d.Reason != ReasonSLO {
+		t.Fatalf("past a refusing class's threshold the request is refused (reason slo), got %+v", d)
+	}
+	// Without tokens shed_on_slo_miss sheds nothing; a refusing class refuses on the
+	// load-only prediction (a lower bound) against the raw objective.
+	deg := &Input{Model: "m", Degraded: "no_tokenizer", Now: t0, SLO: time.Millisecond}
+	busy := []Candidate{cand("a", 0, 50000), cand("b", 0, 60000)}
+	if d := ps.Pick(deg, busy); d.Shed {
+		t.Fatalf("shed_on_slo_miss shed a request without token information: %+v", d)
+	}
+	deg.RefuseOnSLOMiss = true
+	if d := ps.Pick(deg, busy); !d.Shed || d.Reason != ReasonSLO {
+		t.Fatalf("a refusing class without token information: refused on its load-only prediction, got %+v", d)
+	}
+}
+
 func TestShedWhenBestExceedsMax(t *testing.T) {
 	ms := metrics.NewUnregistered().Scoring
 	p := NewPredictor(Options{Rand: seeded(1), MaxTTFT: 2 * time.Second, Metrics: ms}, true)

@@ -32,10 +32,15 @@ func checkTree(t *testing.T, files map[string][]byte) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runStderr(t, exec.Command("bash", script, dir))
+}
+
+// runStderr runs cmd and returns its exit code and standard error.
+func runStderr(t *testing.T, cmd *exec.Cmd) (int, string) {
+	t.Helper()
 	var stderr bytes.Buffer
-	cmd := exec.Command("bash", script, dir)
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), stderr.String()
 	} else if err != nil {

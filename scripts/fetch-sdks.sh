@@ -6,7 +6,7 @@
 #
 # Idempotent and offline-friendly: when .cache/sdk holds the same lock file and both SDKs,
 # nothing is fetched. Nothing fetched here is committed (.cache/ is git-ignored).
-# Called by scripts/deps.sh (so `make test` and CI have the SDKs).
+# Called by scripts/deps.sh test (so `make test` and CI have the SDKs).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 src="$root/e2e/testdata/sdk"
@@ -17,7 +17,7 @@ if cmp -s "$src/package-lock.json" "$dest/package-lock.json" 2>/dev/null &&
 fi
 if ! command -v npm >/dev/null; then
   echo "fetch-sdks: npm is not installed; it is needed to fetch the OpenAI and Anthropic SDKs" >&2
-  echo "fetch-sdks: install it with scripts/deps.sh (Debian: apt-get install -y nodejs npm)" >&2
+  echo "fetch-sdks: install it with scripts/deps.sh test (Debian: apt-get install -y nodejs npm)" >&2
   exit 1
 fi
 echo "fetch-sdks: npm ci (openai, @anthropic-ai/sdk as pinned in e2e/testdata/sdk/package-lock.json)" >&2

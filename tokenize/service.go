@@ -43,6 +43,26 @@ type ModelConfig struct {
 // DefaultRemoteTimeout bounds a remote /tokenize call when ModelConfig.RemoteTimeout is 0.
 const DefaultRemoteTimeout = 250 * time.Millisecond
 
+// WithDefaults returns mc with the value NewService gives each zero field: Paths
+// [local, remote] with a tokenizer (Tokenizer, Model, or a Base to share), else
+// [remote]; RemoteTimeout DefaultRemoteTimeout; RemoteBudget twice RemoteTimeout.
+func (mc ModelConfig) WithDefaults() ModelConfig {
+	if len(mc.Paths) == 0 {
+		if mc.Tokenizer != "" || mc.Model != nil || mc.Base != "" {
+			mc.Paths = []Path{PathLocal, PathRemote}
+		} else {
+			mc.Paths = []Path{PathRemote}
+		}
+	}
+	if mc.RemoteTimeout <= 0 {
+		mc.RemoteTimeout = DefaultRemoteTimeout
+	}
+	if mc.RemoteBudget <= 0 {
+		mc.RemoteBudget = 2 * mc.RemoteTimeout
+	}
+	return mc
+}
+
 // ServiceOptions build a Service.
 type ServiceOptions struct {
 	Models []ModelConfig
@@ -221,14 +241,8 @@ func NewService(opts ServiceOptions) (*Service, error) {
 		if _, dup := s.models[mc.Name]; dup {
 			return nil, fmt.Errorf("tokenize: model %q configured twice", mc.Name)
 		}
+		mc = mc.WithDefaults()
 		st := &modelState{cfg: mc, paths: mc.Paths, health: map[Path]*PathHealth{}}
-		if len(st.paths) == 0 {
-			if mc.Tokenizer != "" || mc.Model != nil || mc.Base != "" {
-				st.paths = []Path{PathLocal, PathRemote}
-			} else {
-				st.paths = []Path{PathRemote}
-			}
-		}
 		seen := map[Path]bool{}
 		for _, p := range st.paths {
 			if p != PathLocal && p != PathRemote {

@@ -86,6 +86,13 @@ type shadowState struct {
 	logged bool
 }
 
+// WithDefaults returns o with the value NewService gives each zero field (the
+// DefaultShadow* constants); a negative Fraction stays negative (no checks).
+func (o ShadowOptions) WithDefaults() ShadowOptions {
+	o.defaults()
+	return o
+}
+
 func (o *ShadowOptions) defaults() {
 	if o.Fraction == 0 {
 		o.Fraction = DefaultShadowFraction

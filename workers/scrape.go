@@ -150,13 +150,17 @@ type Scraper struct {
 	lagMon *LagMonitor        // the default Lag (nil when ScrapeOptions.Lag is set)
 }
 
+// DefaultScrapeTimeout is the timeout of one scrape when ScrapeOptions.Timeout is 0:
+// the interval, at most 5 s.
+func DefaultScrapeTimeout(interval time.Duration) time.Duration { return min(interval, 5*time.Second) }
+
 // NewScraper returns a scraper over reg; nothing runs until Run or ScrapeOnce.
 func NewScraper(reg *Registry, o ScrapeOptions) *Scraper {
 	if o.Interval <= 0 {
 		o.Interval = DefaultScrapeInterval
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = min(o.Interval, 5*time.Second)
+		o.Timeout = DefaultScrapeTimeout(o.Interval)
 	}
 	if o.FailuresBeforeUnhealthy <= 0 {
 		o.FailuresBeforeUnhealthy = DefaultFailuresBeforeUnhealthy

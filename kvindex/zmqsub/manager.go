@@ -108,45 +108,11 @@ func DefaultOptions() Options {
 		ReplayBackoffMin: time.Second, ReplayBackoffMax: time.Minute, SilentAfter: time.Minute}
 }
 
-// Manager runs the subscriptions of every registered worker. It implements
-// workers.Listener; subscribe it to the registry. Safe for concurrent use.
-type Manager struct {
-	opt   Options
-	ix    *kvindex.Index
-	m     *metrics.Index
-	log   *slog.Logger
-	topic *regexp.Regexp
-
-	mu     sync.Mutex
-	ctx    context.Context       // nil until Run; guarded by mu
-	subs   map[string]*workerSub // by worker name; guarded by mu
-	byAddr map[string]string     // worker address → name, for bind mode; guarded by mu
-	byHost map[string][]string   // worker address host (IP) → names, for bind mode; guarded by mu
-	// unmatched: topics already logged as attributed to no worker (bounded); guarded by mu
-	unmatched map[string]bool
-	// silentWarned: workers already warned about as silent (SilentAfter); guarded by mu
-	silentWarned map[string]bool
-	wg           sync.WaitGroup
-	bound        chan string // bind mode: the endpoint actually bound (resolved port)
-	// expireReplays (tests only; nil otherwise): a receive ends the replay exchange
-	// that gets it as if its ReplayTimeout had passed.
-	expireReplays chan struct{}
-}
-
-// ErrBadTopicPattern is returned by New for a TopicPattern without {addr}.
-var ErrBadTopicPattern = errors.New("zmqsub: topic pattern must contain {addr}")
-
-// New returns a Manager. Nothing connects until Run.
-func New(opt Options) (*Manager, error) {
-	if opt.Index == nil {
-		return nil, errors.New("zmqsub: Options.Index is required")
-	}
-	if opt.Metrics == nil {
-		opt.Metrics = metrics.NewUnregistered().Index
-	}
-	if opt.Logger == nil {
-		opt.Logger = slog.Default()
-	}
+// WithDefaults returns opt with the value New gives each zero field: DefaultOptions'
+// (SilentAfter only when 0: negative is no warning), ReconnectMax and ReplayBackoffMax at
+// least their minimums, ReplayBufferFrames QueueSize and ReplayBufferBytes twice
+// MaxMessageBytes (never below MaxMessageBytes, so that one message always fits).
+func (opt Options) WithDefaults() Options {
 	def := DefaultOptions()
 	if opt.QueueSize <= 0 {
 		opt.QueueSize = def.QueueSize
@@ -192,6 +158,49 @@ func New(opt Options) (*Manager, error) {
 		opt.ReplayBufferBytes = 2 * opt.MaxMessageBytes
 	}
 	opt.ReplayBufferBytes = max(opt.ReplayBufferBytes, opt.MaxMessageBytes)
+	return opt
+}
+
+// Manager runs the subscriptions of every registered worker. It implements
+// workers.Listener; subscribe it to the registry. Safe for concurrent use.
+type Manager struct {
+	opt   Options
+	ix    *kvindex.Index
+	m     *metrics.Index
+	log   *slog.Logger
+	topic *regexp.Regexp
+
+	mu     sync.Mutex
+	ctx    context.Context       // nil until Run; guarded by mu
+	subs   map[string]*workerSub // by worker name; guarded by mu
+	byAddr map[string]string     // worker address → name, for bind mode; guarded by mu
+	byHost map[string][]string   // worker address host (IP) → names, for bind mode; guarded by mu
+	// unmatched: topics already logged as attributed to no worker (bounded); guarded by mu
+	unmatched map[string]bool
+	// silentWarned: workers already warned about as silent (SilentAfter); guarded by mu
+	silentWarned map[string]bool
+	wg           sync.WaitGroup
+	bound        chan string // bind mode: the endpoint actually bound (resolved port)
+	// expireReplays (tests only; nil otherwise): a receive ends the replay exchange
+	// that gets it as if its ReplayTimeout had passed.
+	expireReplays chan struct{}
+}
+
+// ErrBadTopicPattern is returned by New for a TopicPattern without {addr}.
+var ErrBadTopicPattern = errors.New("zmqsub: topic pattern must contain {addr}")
+
+// New returns a Manager. Nothing connects until Run.
+func New(opt Options) (*Manager, error) {
+	if opt.Index == nil {
+		return nil, errors.New("zmqsub: Options.Index is required")
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.NewUnregistered().Index
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	opt = opt.WithDefaults()
 	re, err := CompileTopicPattern(opt.TopicPattern)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ func TestPythonPublisher(t *testing.T) {
 	}
 	if py == "" {
 		if os.Getenv("CI") == "" {
-			t.Skip("python3 with zmq and msgpack not available; run scripts/deps.sh")
+			t.Skip("python3 with zmq and msgpack not available; run scripts/deps.sh test")
 		}
 		t.Fatal("CI: python3 with zmq and msgpack required (scripts/deps.sh)")
 	}
