@@ -110,3 +110,28 @@ func TestRebookingKeepsOneFIFOEntry(t *testing.T) {
 		t.Fatalf("FIFO holds %d entries, want the one live booking", n)
 	}
 }
+
+// TestBookKeyZero: key 0 (the empty-slot marker, stored as 1: rhKey) and key 1 are
+// distinct keys sharing a slot chain; booking them, booking them again, and withdrawing
+// one leaves each one's holder where it should be. Book finds keys by their mix
+// computed once (locateMixed), which must take 0 to 1's chain as find does.
+func TestBookKeyZero(t *testing.T) {
+	ix, _ := newTestIndex(t)
+	ix.SetWorker(WorkerInfo{Name: "a", Model: "m"})
+	ix.SetWorker(WorkerInfo{Name: "b", Model: "m"})
+	zero, one := []Key{0}, []Key{1}
+	bz := ix.Book("a", zero)
+	ix.Book("b", one)
+	if bz.Len() != 1 || ix.Book("a", zero).Len() != 0 {
+		t.Fatalf("booking key 0 again created an entry (first %d)", bz.Len())
+	}
+	if got := blocksOf(ix.Lookup(zero, nil)); got["a"] != 1 || got["b"] != 0 {
+		t.Fatalf("key 0 held by %v, want a only", got)
+	}
+	if got := blocksOf(ix.Lookup(one, nil)); got["b"] != 1 || got["a"] != 0 {
+		t.Fatalf("key 1 held by %v, want b only", got)
+	}
+	if n := ix.nFIFO.Load(); n != 2 {
+		t.Fatalf("FIFO holds %d entries, want 2", n)
+	}
+}

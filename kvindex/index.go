@@ -235,20 +235,19 @@ func (ix *Index) Lookup(keys []Key, dst []Match) []Match {
 	// Keys are processed in groups of 8: first every key's slot is found and its
 	// overflow chunk touched (independent loads, so the cache misses of 8 keys overlap
 	// instead of being paid one by one), then the group is walked.
-	var slots [lookupGroup]int32
+	var hs groupHolders
 	var mx [2]groupMix // this group's keys' mixes and the next's
 	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, len(keys)), &mx[0])
 	for g, cur := 1, 0; g < len(keys); g, cur = g+lookupGroup, cur^1 {
 		end := min(g+lookupGroup, len(keys))
 		ahead += ix.touchHome(keys, end, min(end+lookupGroup, len(keys)), &mx[cur^1]) // the next group loads while this one is walked
-		ahead += ix.findGroup(keys, g, end, &slots, &mx[cur])
+		ahead += ix.findGroup(keys, g, end, &hs, &mx[cur])
 		for i := g; i < end; i++ {
-			if slots[i-g] < 0 {
+			if hs[i-g] == nil {
 				return finish(found, cnt, pos, dst, ahead)
 			}
-			sh := &ix.shards[mx[cur][i-g]>>59]
 			advanced := 0
-			for _, h := range sh.holdersAt(int(slots[i-g])) {
+			for _, h := range hs[i-g] {
 				id := int(h.wf & idMask)
 				if id >= len(cnt) || cnt[id] != int32(i) {
 					continue

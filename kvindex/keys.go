@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"encoding/binary"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -41,21 +42,22 @@ func HashBlocks(parent Key, tokens []uint32, blockSize int, dst []Key) []Key {
 	if blockSize <= 0 {
 		return dst
 	}
+	need := 8 + 4*blockSize
 	var buf [8 + 4*256]byte
-	var heap []byte
+	b := buf[:]
+	if need > len(buf) {
+		b = make([]byte, need)
+	}
+	b = b[:need]
 	for len(tokens) >= blockSize {
 		blk := tokens[:blockSize]
-		need := 8 + 4*blockSize
-		b := buf[:0]
-		if need > len(buf) {
-			if cap(heap) < need {
-				heap = make([]byte, 0, need)
+		binary.LittleEndian.PutUint64(b, uint64(parent))
+		if nativeLittle { // the ids' memory is already their little-endian bytes
+			copy(b[8:], unsafe.Slice((*byte)(unsafe.Pointer(&blk[0])), 4*blockSize))
+		} else {
+			for i, t := range blk {
+				binary.LittleEndian.PutUint32(b[8+4*i:], t)
 			}
-			b = heap[:0]
-		}
-		b = binary.LittleEndian.AppendUint64(b, uint64(parent))
-		for _, t := range blk {
-			b = binary.LittleEndian.AppendUint32(b, t)
 		}
 		parent = Key(xxhash.Sum64(b))
 		dst = append(dst, parent)
@@ -63,6 +65,13 @@ func HashBlocks(parent Key, tokens []uint32, blockSize int, dst []Key) []Key {
 	}
 	return dst
 }
+
+// nativeLittle reports whether this machine stores integers little endian (amd64,
+// arm64, …), so that a []uint32's bytes are the hashed bytes as they lie.
+var nativeLittle = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 // putKeyTokens writes parent (little endian) then tokens (little endian uint32) into b,
 // which must be 8+4*len(tokens) bytes: the bytes hashed for one block.

@@ -36,6 +36,15 @@ func (t *ktab) dist(i int) int {
 	return d
 }
 
+// touch loads the home slot of the key whose mix is m and returns its key, for a
+// caller to fold into a value the compiler cannot drop (lookupSink): a read-ahead.
+func (t *ktab) touch(m uint64) uint64 {
+	if len(t.s) == 0 {
+		return 0
+	}
+	return t.s[t.homeOf(m)].k
+}
+
 // find returns k's slot or -1.
 func (t *ktab) find(k uint64) int {
 	k = rhKey(k)

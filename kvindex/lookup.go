@@ -57,22 +57,22 @@ func (ix *Index) walkSet(keys []Key, found []Match, cnt, pos []int32, dst []Matc
 	n := len(keys)
 	end := n // keys[:end] matched by every candidate still in alive
 
-	var slots [lookupGroup]int32
+	var hs groupHolders
 	var mx [2]groupMix // this group's keys' mixes and the next's
 	ahead := ix.touchHome(keys, 1, min(1+lookupGroup, n), &mx[0])
 walk:
 	for g, cur := 1, 0; g < n; g, cur = g+lookupGroup, cur^1 {
 		gend := min(g+lookupGroup, n)
 		ahead += ix.touchHome(keys, gend, min(gend+lookupGroup, n), &mx[cur^1]) // the next group loads while this one is walked
-		ahead += ix.findGroup(keys, g, gend, &slots, &mx[cur])
+		ahead += ix.findGroup(keys, g, gend, &hs, &mx[cur])
 		for i := g; i < gend; i++ {
-			slot := slots[i-g]
-			if slot < 0 {
+			held := hs[i-g]
+			if held == nil {
 				end = i
 				break walk
 			}
 			var m uint64
-			for _, h := range ix.shards[mx[cur][i-g]>>59].holdersAt(int(slot)) {
+			for _, h := range held {
 				id := int(h.wf & idMask)
 				if id >= len(bit) {
 					continue
@@ -149,21 +149,46 @@ func (ix *Index) touchHome(keys []Key, from, to int, mx *groupMix) (ahead uint64
 	return ahead
 }
 
-// findGroup stores into slots the table slot of each of keys[g:end] (−1 when absent),
-// their mixes in mx (touchHome), touching each found key's overflow chunk, and returns
+// groupHolders is the holders of one group's keys (shard.holdersAt; nil: key absent).
+type groupHolders [lookupGroup][]holder
+
+// findGroup stores into hs the holders of each of keys[g:end] (nil when absent), whose
+// mixes are in mx (touchHome), touching each found key's overflow chunk, and returns
 // the read-ahead value.
-func (ix *Index) findGroup(keys []Key, g, end int, slots *[lookupGroup]int32, mx *groupMix) (ahead uint64) {
+func (ix *Index) findGroup(keys []Key, g, end int, hs *groupHolders, mx *groupMix) (ahead uint64) {
 	for j := g; j < end; j++ {
 		k, m := uint64(keys[j]), mx[j-g]
 		sh := &ix.shards[m>>59]
 		if k == 0 { // its shard is mix(0)'s, its slot chain 1's (rhKey)
 			k, m = 1, mix(1)
 		}
-		i := sh.t.findMixed(k, m)
-		slots[j-g] = int32(i)
+		// ktab.findMixed, inlined: a held key is found by loads and compares alone.
+		ts := sh.t.s
+		i := -1
+		if n := len(ts); n > 0 {
+			p := sh.t.homeOf(m)
+			for d := 0; ; d++ {
+				kk := ts[p].k
+				if kk == k {
+					i = p
+					break
+				}
+				if kk == 0 || d >= scanFree && sh.t.dist(p) < d {
+					break
+				}
+				if p++; p == n {
+					p = 0
+				}
+			}
+		}
+		hs[j-g] = nil
 		if i >= 0 {
-			if h := sh.t.s[i].h; h.wf == 0 && int(h.stamp) < len(sh.arena) {
-				ahead += uint64(sh.arena[h.stamp].wf)
+			if h := &ts[i].h; h.wf != 0 {
+				hs[j-g] = unsafeOne(h)
+			} else {
+				c := sh.arena[h.stamp : h.stamp+uint32(h.refs)]
+				ahead += uint64(c[0].wf)
+				hs[j-g] = c
 			}
 		}
 	}

@@ -82,6 +82,25 @@ func (sh *shard) locate(k Key, id uint16) (slot int, h *holder) {
 	return slot, nil
 }
 
+// locateMixed is locate of k whose mix is m (mix(uint64(k))).
+func (sh *shard) locateMixed(k Key, m uint64, id uint16) (slot int, h *holder) {
+	kk := uint64(k)
+	if kk == 0 { // its shard is mix(0)'s, its slot chain 1's (rhKey)
+		kk, m = 1, mix(1)
+	}
+	slot = sh.t.findMixed(kk, m)
+	if slot < 0 {
+		return -1, nil
+	}
+	hs := sh.holdersAt(slot)
+	for j := range hs {
+		if hs[j].id() == id {
+			return slot, &hs[j]
+		}
+	}
+	return slot, nil
+}
+
 // add inserts holder h (its worker must not hold k yet) and reports whether k is new.
 func (sh *shard) add(k Key, slot int, h holder) (newKey bool) {
 	if slot < 0 {

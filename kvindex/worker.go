@@ -286,37 +286,47 @@ func (ix *Index) book(name string, keys []Key, track bool) Booking {
 	// One write lock per shard instead of one per key (a 128-key booking took 128 shard
 	// locks, each waiting out any lookup in progress): keys are grouped by shard, each
 	// shard's keys applied under one lock; per key, state records whether its holder
-	// existed (bit 0) and is speculative after the update (bit 1).
-	var orderBuf [256]int32
-	var stateBuf [256]uint8
-	order, state := orderBuf[:0], stateBuf[:0]
-	if len(keys) > len(orderBuf) {
-		order, state = make([]int32, 0, len(keys)), make([]uint8, 0, len(keys))
-	}
-	order, state = order[:len(keys)], state[:len(keys)]
+	// existed (bit 0) and is speculative after the update (bit 1). Each key is mixed
+	// once (its shard and home slot), and the home slot of the key bookAhead places
+	// later in the shard's run is loaded before a key is applied, so the table's cache
+	// misses overlap (a next turn re-books its whole prompt: 6,250 keys at 100k tokens).
+	sc := bookPool.Get().(*bookScratch)
+	defer bookPool.Put(sc)
+	sc.order, sc.state, sc.mx = grown(sc.order, len(keys)), grown(sc.state, len(keys)), grown(sc.mx, len(keys))
+	order, state, mx := sc.order, sc.state, sc.mx
 	var start [nShards + 1]int32
-	for _, k := range keys {
-		start[shardOf(k)+1]++
+	for i, k := range keys {
+		m := mix(uint64(k))
+		mx[i] = m
+		start[m>>59+1]++
 	}
 	for s := 1; s <= nShards; s++ {
 		start[s] += start[s-1]
 	}
 	fill := start
 	for i := len(keys) - 1; i >= 0; i-- { // tail first within each shard, as keys are walked below
-		sh := shardOf(keys[i])
+		sh := mx[i] >> 59
 		order[fill[sh]] = int32(i)
 		fill[sh]++
 	}
 	var cs counts
+	var ahead uint64
 	for s := 0; s < nShards; s++ {
 		if start[s] == start[s+1] {
 			continue
 		}
 		sh := &ix.shards[s]
+		run := order[start[s]:start[s+1]]
 		sh.mu.Lock()
-		for _, i := range order[start[s]:start[s+1]] {
+		for j := range min(bookAhead, len(run)) {
+			ahead += sh.t.touch(mx[run[j]])
+		}
+		for j, i := range run {
+			if j+bookAhead < len(run) {
+				ahead += sh.t.touch(mx[run[j+bookAhead]])
+			}
 			k := keys[i]
-			slot, h := sh.locate(k, w.id)
+			slot, h := sh.locateMixed(k, mx[i], w.id)
 			switch {
 			case h == nil:
 				newKey := sh.add(k, slot, holder{wf: w.id | flags, stamp: exp})
@@ -333,6 +343,7 @@ func (ix *Index) book(name string, keys []Key, track bool) Booking {
 		}
 		sh.mu.Unlock()
 	}
+	lookupSink.Add(ahead & 1)
 	ix.flush(&cs)
 	created, fifo := 0, int64(0)
 	// Tail first: the FIFO evicts from its front, and like vLLM (which frees a request's
@@ -357,6 +368,18 @@ func (ix *Index) book(name string, keys []Key, track bool) Booking {
 	ix.afterWrite()
 	return b
 }
+
+// bookScratch is book's per-key arrays, pooled (a 6,250-key booking needs 81 KB).
+type bookScratch struct {
+	order []int32
+	state []uint8
+	mx    []uint64
+}
+
+var bookPool = sync.Pool{New: func() any { return new(bookScratch) }}
+
+// bookAhead is how many keys ahead of the one it applies book loads a home slot.
+const bookAhead = 8
 
 // Store records confirmed blocks for worker in tier as if a BlockStored event had
 // announced keys with engine hashes equal to the keys themselves (tests, simple

@@ -254,6 +254,7 @@ func (p *Predictor) score(in *Input, cands []Candidate) scored {
 		for _, i := range fresh {
 			pr := priorFor(&p.o, &cands[i])
 			if wm := p.workers[cands[i].Worker.Name]; wm == nil || wm.prior != pr {
+				p.tauLeave(wm)
 				p.workers[cands[i].Worker.Name] = p.newWorkerModel(pr)
 				p.gen++
 			}
@@ -458,12 +459,14 @@ func (p *Predictor) Observe(o Observation) {
 	learned, pool, base := p.learned(wm, at), p.pool.est.theta, p.poolFactors()
 	p.pool.gate.add(y-dot(&unitTheta, f), departures(&pool, &unitTheta, f))
 	wm.gate.add(y-dot(&base, f), departures(&learned, &base, f))
+	p.tauLeave(wm)
 	if !o.Start.IsZero() {
 		p.ageLocked(wm, at)
 	}
 	e, clipped := wm.est.update(f, y, p.o.Forgetting, p.o.ResidualClip, p.o.ClampFactor)
 	p.pool.est.update(f, y, p.o.Forgetting, p.o.ResidualClip, p.o.ClampFactor)
 	wm.s2 += s2Alpha * (e*e - wm.s2)
+	p.tauJoin(wm)
 	if !o.Start.IsZero() && at.After(wm.lastObs) {
 		wm.lastObs = at
 	}
@@ -543,6 +546,7 @@ func (p *Predictor) WorkerAdded(*workers.Worker) {}
 // are dropped (a worker re-added under the same name starts again from its prior).
 func (p *Predictor) WorkerRemoved(w *workers.Worker) {
 	p.mu.Lock()
+	p.tauLeave(p.workers[w.Name])
 	delete(p.workers, w.Name)
 	p.gen++
 	p.mu.Unlock()

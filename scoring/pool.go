@@ -29,7 +29,8 @@ import (
 type poolState struct {
 	est  *rls
 	tau2 [NumTerms]float64
-	gate gate // the pool's factors against the prior (gate.go)
+	sums tauSums // what tau2 is computed from (updateTau2Locked)
+	gate gate    // the pool's factors against the prior (gate.go)
 }
 
 // s2Alpha is the EWMA weight of one squared residual in a worker's residual variance.
@@ -114,28 +115,76 @@ func (p *Predictor) ageLocked(wm *workerModel, now time.Time) {
 	}
 }
 
-// updateTau2Locked re-estimates the between-worker variance τ² from the workers'
-// current estimates (p.mu held for writing). O(workers × terms).
-func (p *Predictor) updateTau2Locked() {
-	var dev, noise [NumTerms]float64
-	n := 0
-	pool := p.pool.est.theta
-	for _, wm := range p.workers {
-		if wm.est.n == 0 {
-			continue
-		}
-		n++
-		for t := range dev {
-			d := wm.est.theta[t] - pool[t]
-			dev[t] += d * d
-			noise[t] += wm.s2 * wm.est.p[t][t]
-		}
+// tauSums is what τ² needs of the learned workers (est.n > 0), kept as running sums
+// so that one learned first token updates τ² in O(terms) rather than O(workers):
+// with c_w,t = θ_w,t − 1 (factors are relative to the prior, so near 1, which keeps
+// the sums' cancellation small),
+//
+//	Σ_w (θ_w,t − θ̄_t)² = S2_t − 2·(θ̄_t − 1)·S1_t + n·(θ̄_t − 1)²
+//
+// S1 = Σ c, S2 = Σ c², noise = Σ s²_w·P_w,tt. A model's share leaves the sums before
+// it changes (tauLeave) and enters after (tauJoin); every tauResync changes the sums
+// are rebuilt by a full walk, so float drift stays bounded (amortised O(1) a change).
+type tauSums struct {
+	n         int
+	s1, s2, v [NumTerms]float64
+	changes   int // since the last full walk
+}
+
+// tauResync is how many changes (at least; the number of workers when larger) pass
+// between full walks of the workers' models.
+const tauResync = 4096
+
+// tauLeave takes wm's share out of the sums (p.mu held for writing); nil or an
+// unlearned model has none.
+func (p *Predictor) tauLeave(wm *workerModel) { p.tauShare(wm, -1) }
+
+// tauJoin puts wm's share into the sums (p.mu held for writing).
+func (p *Predictor) tauJoin(wm *workerModel) { p.tauShare(wm, 1) }
+
+func (p *Predictor) tauShare(wm *workerModel, sign float64) {
+	if wm == nil || wm.est.n == 0 {
+		return
 	}
-	if n < 2 {
+	a := &p.pool.sums
+	a.n += int(sign)
+	for t := range a.s1 {
+		c := wm.est.theta[t] - 1
+		a.s1[t] += sign * c
+		a.s2[t] += sign * c * c
+		a.v[t] += sign * wm.s2 * wm.est.p[t][t]
+	}
+	a.changes++
+}
+
+// tauWalk rebuilds the sums from every worker's model (p.mu held for writing).
+// O(workers × terms).
+func (p *Predictor) tauWalk() {
+	p.pool.sums = tauSums{}
+	for _, wm := range p.workers {
+		p.tauJoin(wm)
+	}
+	p.pool.sums.changes = 0
+}
+
+// updateTau2Locked re-estimates the between-worker variance τ² from the workers'
+// current estimates (p.mu held for writing; every change of a learned model since the
+// last call went through tauLeave/tauJoin). O(terms), and a full walk every
+// tauResync changes.
+func (p *Predictor) updateTau2Locked() {
+	a := &p.pool.sums
+	if a.changes >= max(tauResync, len(p.workers)) {
+		p.tauWalk()
+	}
+	if a.n < 2 {
 		p.pool.tau2 = [NumTerms]float64{}
 		return
 	}
-	for t := range dev {
-		p.pool.tau2[t] = max(0, (dev[t]-noise[t])/float64(n))
+	pool := p.pool.est.theta
+	n := float64(a.n)
+	for t := range a.s1 {
+		m := pool[t] - 1
+		dev := a.s2[t] - 2*m*a.s1[t] + n*m*m
+		p.pool.tau2[t] = max(0, (dev-a.v[t])/n)
 	}
 }
