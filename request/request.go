@@ -442,8 +442,13 @@ func parsePrompt(v jsonvalue.Value, r *Request) error {
 	return bad
 }
 
-// tokenIDs reads an array of non-negative 32-bit integers.
+// tokenIDs reads an array of non-negative 32-bit integers. An array the parser stored
+// packed (every element a plain integer that fits uint32) is used as it is, shared with
+// the parsed body's Value: no Value per id, 4 bytes per id in all.
 func tokenIDs(v jsonvalue.Value) ([]uint32, bool) {
+	if ids, ok := v.Uint32s(); ok {
+		return ids, true
+	}
 	ids := make([]uint32, v.Len())
 	for i := range ids {
 		e := v.Index(i)

@@ -19,6 +19,8 @@ type parser struct {
 	// element is added: a 14 MB array of 7 M token ids would otherwise become 7 M
 	// Members (~80 bytes each) before any field is read.
 	maxElems int
+	// tree turns packedArray off (tests compare the packed form with the tree).
+	tree bool
 }
 
 func (p *parser) array(depth int) (Value, error) {
@@ -28,6 +30,11 @@ func (p *parser) array(depth int) (Value, error) {
 	if p.i < len(p.b) && p.b[p.i] == ']' {
 		p.i++
 		return Value{kind: Array}, nil
+	}
+	if !p.tree && p.i < len(p.b) && isDigit(p.b[p.i]) {
+		if v, ok, err := p.packedArray(); ok {
+			return v, err
+		}
 	}
 	for {
 		v, err := p.value(depth + 1)
@@ -464,14 +471,21 @@ func (p *parser) ws() {
 // Value is in use (request bodies are read once and only forwarded after parsing).
 // Cost: one allocation per array or object and one per string with escapes;
 // allocations grow with the number of values, not with their bytes, and no byte of the
-// body is copied for unescaped text.
+// body is copied for unescaped text. An array of plain integers that fit uint32 (a
+// token-id prompt) is stored packed, 4 bytes per element (Value.Uint32s): it behaves
+// as the same array of Numbers for every other method.
 func ParseValue(data []byte) (Value, error) { return ParseValueLimit(data, 0) }
 
 // ParseValueLimit is ParseValue refusing, with a *LimitError, an array of more than
 // maxElems elements (0 = no bound) as soon as its element maxElems+1 is read: what it
-// allocated is bounded by maxElems elements per array, not by the body.
+// allocated is bounded by maxElems elements per array, not by the body (a packed array
+// of ids is allocated once, at most maxElems ids, from a count of its commas).
 func ParseValueLimit(data []byte, maxElems int) (Value, error) {
-	p := parser{b: data, maxElems: maxElems}
+	return parse(parser{b: data, maxElems: maxElems})
+}
+
+func parse(p parser) (Value, error) {
+	data := p.b
 	p.s = unsafe.String(unsafe.SliceData(data), len(data))
 	p.ws()
 	v, err := p.value(0)

@@ -36,7 +36,9 @@ func (k Kind) String() string {
 type Value struct {
 	kind Kind
 	b    bool
-	s    string   // String: the decoded text; Number: the literal as written
+	// String: the decoded text; Number: the literal as written; a packed Array (kids
+	// nil): its elements as native-endian uint32s, 4 bytes each (see packedValue).
+	s    string
 	kids []Member // Array: elements (Key ""); Object: members in order
 }
 
@@ -61,16 +63,31 @@ func (v Value) Str() (string, bool) {
 }
 
 // Text returns a string's text, a number's literal, or "" for other kinds.
-func (v Value) Text() string { return v.s }
+func (v Value) Text() string {
+	if v.kind != String && v.kind != Number {
+		return ""
+	}
+	return v.s
+}
 
 // Boolean returns a bool's value (false for other kinds).
 func (v Value) Boolean() bool { return v.kind == Bool && v.b }
 
 // Len is the number of array elements or object members (0 for other kinds).
-func (v Value) Len() int { return len(v.kids) }
+func (v Value) Len() int {
+	if v.kind == Array && v.kids == nil {
+		return len(v.s) / 4
+	}
+	return len(v.kids)
+}
 
 // Index returns array element (or object member value) i; it panics when out of range.
-func (v Value) Index(i int) Value { return v.kids[i].Value }
+func (v Value) Index(i int) Value {
+	if ids := v.packed(); ids != nil {
+		return Value{kind: Number, s: strconv.FormatUint(uint64(ids[i]), 10)}
+	}
+	return v.kids[i].Value
+}
 
 // Members returns an object's members in order (nil for other kinds). The slice is
 // shared: do not modify it.
@@ -227,6 +244,15 @@ func (v Value) AppendJSON(dst []byte) []byte {
 		return appendQuoted(dst, v.s)
 	case Array:
 		dst = append(dst, '[')
+		if ids := v.packed(); ids != nil {
+			for i, id := range ids {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = strconv.AppendUint(dst, uint64(id), 10)
+			}
+			return append(dst, ']')
+		}
 		for i := range v.kids {
 			if i > 0 {
 				dst = append(dst, ',')
