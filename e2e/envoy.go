@@ -122,10 +122,11 @@ type Stats struct {
 	RejectedMutations int64 // header mutations silently dropped by the default rules (MR)
 	NoHealthyUpstream int64 // 503s from the router: no/invalid destination (OD, RT)
 	LocalReplies      int64 // local replies (immediate responses and Envoy's own errors)
+	DownstreamResets  int64 // clients that hung up mid-body: stream reset, ext_proc stream closed
 }
 
 type stats struct {
-	messages, timeouts, rejected, noHost, local, fallbacks atomic.Int64
+	messages, timeouts, rejected, noHost, local, fallbacks, resets atomic.Int64
 }
 
 // Envoy is the stand-in: an http.Handler playing the downstream listener.
@@ -182,7 +183,8 @@ func (e *Envoy) Close() error {
 // Stats returns the counters so far.
 func (e *Envoy) Stats() Stats {
 	return Stats{Messages: e.stats.messages.Load(), Timeouts: e.stats.timeouts.Load(), RejectedMutations: e.stats.rejected.Load(),
-		NoHealthyUpstream: e.stats.noHost.Load(), LocalReplies: e.stats.local.Load(), Fallbacks: e.stats.fallbacks.Load()}
+		NoHealthyUpstream: e.stats.noHost.Load(), LocalReplies: e.stats.local.Load(), Fallbacks: e.stats.fallbacks.Load(),
+		DownstreamResets: e.stats.resets.Load()}
 }
 
 // ServeHTTP handles one downstream request: the ext_proc request phases, the router
@@ -221,8 +223,8 @@ func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, lr := x.forward(up)
 	x.reqWG.Wait()
-	if lr == nil {
-		lr = x.bodyFailure()
+	if br := x.bodyFailure(); br != nil && (lr == nil || br.reset) {
+		lr = br // a client gone mid-body fails the upstream call too: the reset is the cause
 	}
 	if lr != nil {
 		if resp != nil {
@@ -344,9 +346,16 @@ type localReply struct {
 	body    string
 	headers headerList
 	details string
+	reset   bool // the client reset mid-body (downstreamReset): nothing is sent
 }
 
 func (x *exchange) localReply(lr *localReply) {
+	if br := x.bodyFailure(); br != nil && br.reset {
+		lr = br // the side stream's failure that followed the reset is not answered
+	}
+	if lr.reset {
+		panic(http.ErrAbortHandler) // the connection is gone: no response
+	}
 	x.e.stats.local.Add(1)
 	if x.wroteHeaders {
 		// The response already started downstream: Envoy can only reset the stream (SVC).

@@ -84,12 +84,48 @@ func mutateBody(b []byte, cr *extprocv3.CommonResponse) ([]byte, bool, error) {
 	return b, false, nil
 }
 
+// setBodyErr records the first failure of the request body pipeline; a downstream
+// reset replaces any other (the errors it causes on the side stream come after it).
 func (x *exchange) setBodyErr(lr *localReply) {
 	x.bodyErrMu.Lock()
-	if x.bodyErr == nil {
+	if x.bodyErr == nil || lr.reset {
 		x.bodyErr = lr
 	}
 	x.bodyErrMu.Unlock()
+}
+
+// errDownstreamReset is a request body that ended before its end: the client closed or
+// reset the connection before the declared content-length or the chunked terminator.
+var errDownstreamReset = errors.New("downstream connection ended mid-body")
+
+// readBody fills buf from the client's body until it is full or the body ends
+// (eof). Any error other than the body's clean end is errDownstreamReset: Go's server
+// reports a body cut by the connection's end as io.ErrUnexpectedEOF (or the socket's
+// error), which is not an end of stream (io.ReadFull would conflate the two).
+func (x *exchange) readBody(buf []byte) (n int, eof bool, err error) {
+	for n < len(buf) {
+		m, err := x.r.Body.Read(buf[n:])
+		n += m
+		if err == io.EOF {
+			return n, true, nil
+		}
+		if err != nil {
+			return n, false, fmt.Errorf("%w: %v", errDownstreamReset, err)
+		}
+	}
+	return n, false, nil
+}
+
+// downstreamReset is what Envoy does when the client resets (or, on HTTP/1, closes)
+// its connection mid-body: the HTTP stream is reset (HCM onResetStream, reason
+// ConnectionTermination: a cut HTTP/1 message never ends with end_stream), which
+// destroys the filter chain. The ext_proc filter closes its gRPC stream at once (CC
+// onDestroy → closeStream; GC close(): half-close and reset, or the graceful close),
+// having sent no body message for the cut body, and nothing is sent downstream.
+func (x *exchange) downstreamReset() *localReply {
+	x.e.stats.resets.Add(1)
+	x.side.close()
+	return &localReply{reset: true}
 }
 
 func (x *exchange) bodyFailure() *localReply {
@@ -166,8 +202,8 @@ func (x *exchange) requestPath() (*upReq, *localReply) {
 func (x *exchange) requestBuffered(up *upReq) (*upReq, *localReply) {
 	cfg := &x.e.cfg
 	b, err := io.ReadAll(io.LimitReader(x.r.Body, int64(cfg.BufferLimit)+1))
-	if err != nil {
-		return nil, &localReply{status: 400, body: "bad request body"}
+	if err != nil { // io.ReadAll's only clean end is io.EOF
+		return nil, x.downstreamReset()
 	}
 	if len(b) > cfg.BufferLimit {
 		return nil, &localReply{status: 413, body: "Payload Too Large", details: "request_payload_too_large"}
@@ -217,16 +253,21 @@ func (x *exchange) requestBuffered(up *upReq) (*upReq, *localReply) {
 func (x *exchange) requestBufferedPartial(up *upReq) (*upReq, *localReply) {
 	cfg := &x.e.cfg
 	b := make([]byte, cfg.BufferLimit)
-	n, err := io.ReadFull(x.r.Body, b)
+	n, ended, err := x.readBody(b)
+	if err != nil {
+		return nil, x.downstreamReset()
+	}
 	b = b[:n]
-	ended := err == io.EOF || err == io.ErrUnexpectedEOF
 	if !ended {
 		// exactly BufferLimit bytes read: peek for more
 		var one [1]byte
-		m, _ := x.r.Body.Read(one[:])
-		if m == 0 {
+		m, eof, err := x.readBody(one[:])
+		switch {
+		case err != nil:
+			return nil, x.downstreamReset()
+		case m == 0 && eof:
 			ended = true
-		} else {
+		default:
 			up.body = io.MultiReader(bytes.NewReader(one[:m]), x.r.Body)
 		}
 	}
@@ -268,14 +309,18 @@ type chunk struct {
 // with end_of_stream on the last data chunk — or on an empty final chunk when the body
 // was empty (the HTTP/1 chunked terminator: envoyproxy/envoy#40340) — unless trailers
 // follow, in which case every chunk has end_of_stream=false and a trailers message ends
-// the body (PS finalizeBodyResponse; PM).
+// the body (PS finalizeBodyResponse; PM). A body cut by the client's hang-up returns
+// errDownstreamReset with no end_of_stream sent: the caller resets (downstreamReset).
 func (x *exchange) readChunks(emit func(chunk) error) error {
 	cfg := &x.e.cfg
 	buf := make([]byte, cfg.ChunkSize)
 	var pending []byte
 	havePending := false
 	for {
-		n, err := io.ReadFull(x.r.Body, buf)
+		n, eof, err := x.readBody(buf)
+		if err != nil {
+			return err
+		}
 		if n > 0 {
 			if havePending {
 				if e := emit(chunk{data: pending}); e != nil {
@@ -284,11 +329,8 @@ func (x *exchange) readChunks(emit func(chunk) error) error {
 			}
 			pending, havePending = append([]byte(nil), buf[:n]...), true
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
+		if eof {
 			break
-		}
-		if err != nil {
-			return err
 		}
 	}
 	trailers := cfg.RequestTrailers && len(x.r.Trailer) > 0
@@ -329,7 +371,11 @@ func (x *exchange) requestStreamed(up *upReq) (*upReq, *localReply) {
 			queue <- c
 			return nil
 		})
-		if err != nil && err != errClosedOK {
+		switch {
+		case errors.Is(err, errDownstreamReset):
+			x.setBodyErr(x.downstreamReset())
+			pw.CloseWithError(err)
+		case err != nil && err != errClosedOK:
 			x.setBodyErr(x.failure(err))
 			pw.CloseWithError(err)
 		}
@@ -386,12 +432,15 @@ func (x *exchange) requestFullDuplex(up *upReq) (*upReq, *localReply) {
 	x.reqWG.Add(1)
 	go func() {
 		defer x.reqWG.Done()
-		_ = x.readChunks(func(c chunk) error {
+		err := x.readChunks(func(c chunk) error {
 			if c.trailers {
 				return x.side.send(msgReqTrailers(x.r.Trailer))
 			}
 			return x.side.send(msgReqBody(c.data, c.eos))
 		})
+		if errors.Is(err, errDownstreamReset) {
+			x.setBodyErr(x.downstreamReset()) // the headers reply it waits for fails now
+		}
 	}()
 	cr, lr, ok := x.expect("request_headers", 0)
 	if lr != nil {

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -222,5 +224,60 @@ func TestProxyTicketExpiry(t *testing.T) {
 	f.waitOutcome(response.OutcomeExpired, 1)
 	if got := f.requestsByOutcome(response.OutcomeOK); got != 0 {
 		t.Fatalf("an expired ticket's late completion is not ok (%v)", got)
+	}
+}
+
+// A client that hangs up mid-upload, through Envoy, in every request body mode: real
+// Envoy never hands ext_proc a body the client did not finish. The downstream close or
+// reset resets the HTTP stream (HCM onResetStream; an HTTP/1 message cut by the
+// connection's end is a ConnectionTermination reset, not an end of stream), which
+// destroys the ext_proc filter: Filter::onDestroy → closeStream, a half-close and a
+// resetStream of the gRPC stream (GC close()), and no body message with end_of_stream.
+// kvroute's ext_proc sees the stream cancelled before it picked a worker and counts
+// the request aborted — not a 400 rejected for a truncated body — and nothing reaches
+// a worker. The stand-in used to send what it had read with end_of_stream=true.
+func TestClientGoneMidUploadCountsAborted(t *testing.T) {
+	for _, mode := range []Mode{Buffered, BufferedPartial, Streamed, FullDuplex} {
+		t.Run(mode.String(), func(t *testing.T) {
+			f := newFixture(t, fixtureOpts{envoy: Config{RequestBodyMode: mode, ResponseBodyMode: Streamed}})
+			const n = 3
+			headers := f.app.Metrics.ExtProc.Messages.WithLabelValues("request_headers") // received by kvroute
+			for i := 0; i < n; i++ {
+				c, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n%s",
+					`{"model":"m","messages":[{"role":"user","content":"hello"}]`)
+				// Hang up once kvroute has read the request headers: a reset that
+				// overtakes them on the gRPC stream is a request kvroute never saw.
+				for d := time.Now().Add(20 * time.Second); testutil.ToFloat64(headers) < float64(i+1) && time.Now().Before(d); {
+					time.Sleep(time.Millisecond)
+				}
+				if i == n-1 { // a reset rather than a close
+					c.(*net.TCPConn).SetLinger(0)
+				}
+				c.Close()
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for f.requestsByOutcome(response.OutcomeAborted)+f.requestsByOutcome(response.OutcomeRejected) < n && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if a, r := f.requestsByOutcome(response.OutcomeAborted), f.requestsByOutcome(response.OutcomeRejected); a != n || r != 0 {
+				t.Fatalf("requests{outcome=aborted} = %v, {outcome=rejected} = %v; want %d and 0", a, r, n)
+			}
+			f.waitInFlight(0)
+			if got := f.envoy.Stats().DownstreamResets; got != n {
+				t.Fatalf("stand-in resets = %d, want %d", got, n)
+			}
+			if mode == Streamed {
+				return // picked on the headers: kvroute does not parse the body
+			}
+			// A body that is merely malformed is still the client's 400.
+			if st, _, body := f.do("POST", "/v1/chat/completions", `{"model":`); st != 400 {
+				t.Fatalf("malformed body: %d %s", st, body)
+			}
+			f.waitOutcome(response.OutcomeRejected, 1)
+		})
 	}
 }
