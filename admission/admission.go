@@ -168,17 +168,30 @@ func (a *Admitter) refuse(l [2]string, reason string) {
 	a.m.Requests.WithLabelValues(l[0], l[1], string(response.OutcomeRejected)).Inc()
 }
 
+// The x-kvroute-rejected-reason of a budget refusal, by Refusal.Reason, and of the
+// failed-API-key throttle.
+const (
+	ReasonTokenBudget       = "token_budget"       // tokens: a token window of the tenant (or its model) is spent
+	ReasonRequestBudget     = "request_budget"     // requests: its requests per minute
+	ReasonConcurrencyLimit  = "concurrency_limit"  // concurrency: its max_concurrent
+	ReasonBudgetUnavailable = "budget_unavailable" // unavailable: the 503 of redis_down: fail_closed
+	ReasonAuthThrottled     = "auth_throttled"     // admission.auth_throttle: too many failed API keys from the client
+)
+
+var budgetReasons = map[string]string{"tokens": ReasonTokenBudget, "requests": ReasonRequestBudget,
+	"concurrency": ReasonConcurrencyLimit, "unavailable": ReasonBudgetUnavailable}
+
 // refusalError is the 429 for r: Retry-After is the window's end for the token and
-// request budgets and 1 s for concurrency; x-ratelimit-{limit,remaining,reset}-{tokens,
-// requests} as OpenAI sends them (reset as a Go duration, e.g. "12.5s"), for the limits
-// that are set.
+// request budgets and 1 s for concurrency; x-kvroute-rejected-reason (the refusal's
+// Reason* above), then x-ratelimit-{limit,remaining,reset}-{tokens,requests} as OpenAI
+// sends them (reset as a Go duration, e.g. "12.5s"), for the limits that are set.
 func refusalError(r *Refusal, cost int64) *router.Error {
 	retry := r.Reset
 	if r.Reason == "concurrency" {
 		retry = time.Second
 	}
 	e := &router.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", RetryAfter: retry,
-		Details: "kvroute_admission_" + r.Reason}
+		Details: "kvroute_admission_" + r.Reason, Header: [][2]string{{RejectedReasonHeader, budgetReasons[r.Reason]}}}
 	switch r.Reason {
 	case "unavailable": // fail_closed while the redis budget backend is down
 		e.Status, e.Type, e.Message = http.StatusServiceUnavailable, "service_unavailable", "kvroute: tenant budget backend unavailable (admission.redis, fail_closed)"

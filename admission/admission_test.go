@@ -285,7 +285,18 @@ func TestRefusalHeaders(t *testing.T) {
 	}
 }
 
-// Requests per minute and concurrency are limits of their own.
+// rejectedReason is the x-kvroute-rejected-reason of err's reply ("" when none).
+func rejectedReason(err error) string {
+	for _, h := range front.ErrorReply(request.APIChat, err).Header {
+		if h[0] == RejectedReasonHeader {
+			return h[1]
+		}
+	}
+	return ""
+}
+
+// Requests per minute and concurrency are limits of their own, each refusal naming
+// its limit in x-kvroute-rejected-reason.
 func TestRequestAndConcurrencyLimits(t *testing.T) {
 	a, ms := newAdmitter(t, func(c *config.Admission) { c.Default = config.Limits{RequestsPerMinute: 3, MaxConcurrent: 2} })
 	id := Identity{Tenant: Unattributed}
@@ -293,6 +304,8 @@ func TestRequestAndConcurrencyLimits(t *testing.T) {
 	g2, _ := a.Reserve(id, Want{})
 	if _, err := a.Reserve(id, Want{}); err == nil {
 		t.Fatal("third concurrent admitted")
+	} else if got := rejectedReason(err); got != "concurrency_limit" {
+		t.Fatalf("concurrency refusal: x-kvroute-rejected-reason %q", got)
 	}
 	g1.Settle(response.Result{Outcome: response.OutcomeOK}, 0)
 	if _, err := a.Reserve(id, Want{}); err != nil {
@@ -301,8 +314,8 @@ func TestRequestAndConcurrencyLimits(t *testing.T) {
 	g2.Release()
 	_, err := a.Reserve(id, Want{})
 	var re *router.Error
-	if !errors.As(err, &re) || !strings.Contains(re.Details, "requests") {
-		t.Fatalf("fourth in the minute: %v", err)
+	if !errors.As(err, &re) || !strings.Contains(re.Details, "requests") || rejectedReason(err) != "request_budget" {
+		t.Fatalf("fourth in the minute: %v (x-kvroute-rejected-reason %q)", err, rejectedReason(err))
 	}
 	if testutil.ToFloat64(ms.Admission.Refused.WithLabelValues(Unattributed, "default", "concurrency")) != 1 ||
 		testutil.ToFloat64(ms.Admission.Refused.WithLabelValues(Unattributed, "default", "requests")) != 1 {
@@ -392,4 +405,15 @@ func TestNilAdmitter(t *testing.T) {
 	}
 	g.Settle(response.Result{}, 1)
 	g.Release()
+}
+
+// Every budget refusal names its limit in x-kvroute-rejected-reason, the 503 of a
+// fail_closed budget backend too.
+func TestBudgetRefusalReasons(t *testing.T) {
+	for reason, want := range map[string]string{"tokens": "token_budget", "requests": "request_budget",
+		"concurrency": "concurrency_limit", "unavailable": "budget_unavailable"} {
+		if got := rejectedReason(refusalError(&Refusal{Reason: reason, TokenLimit: 10, Reset: time.Second}, 20)); got != want {
+			t.Errorf("%s: x-kvroute-rejected-reason %q, want %q", reason, got, want)
+		}
+	}
 }

@@ -14,8 +14,9 @@
 //     w_cached·cached prompt + w_output·(min(max_tokens, max_output_reservation), else the estimate), from the
 //     router's own counts (Ticket.PromptTokens, Ticket.CachedTokens), checked and charged
 //     in one step against the tenant's tokens per minute, requests per minute and
-//     concurrency. A refusal is a 429 *router.Error with Retry-After and OpenAI's
-//     x-ratelimit-* headers (the front aborts the ticket and answers through
+//     concurrency. A refusal is a 429 *router.Error with Retry-After,
+//     x-kvroute-rejected-reason (token_budget, request_budget, concurrency_limit) and
+//     OpenAI's x-ratelimit-* headers (the front aborts the ticket and answers through
 //     front.ErrorReply).
 //  3. Grant.Settle, once, when the ticket ends (completed or aborted): the actual cost
 //     replaces the reservation — from usage when the engine reported it, else from the

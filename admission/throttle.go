@@ -124,5 +124,5 @@ func (t *authThrottle) len() int {
 func (t *authThrottle) refusal() *router.Error {
 	return &router.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", RetryAfter: t.retryAfter(),
 		Message: "kvroute: too many failed API key attempts from this client (admission.auth_throttle)",
-		Details: "kvroute_admission_auth_throttled"}
+		Details: "kvroute_admission_auth_throttled", Header: [][2]string{{RejectedReasonHeader, ReasonAuthThrottled}}}
 }

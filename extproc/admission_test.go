@@ -96,8 +96,8 @@ func TestExtProcMetadataTenantWinsAndSettles(t *testing.T) {
 	}
 }
 
-// An over-budget tenant is refused with an ImmediateResponse 429 carrying Retry-After
-// and x-ratelimit-*; the ticket is released. require_tenant answers 401 at the headers.
+// An over-budget tenant is refused with an ImmediateResponse 429 carrying Retry-After,
+// x-ratelimit-* and x-kvroute-rejected-reason: token_budget; the ticket is released. require_tenant answers 401 at the headers.
 func TestExtProcBudgetRefusalAndRequireTenant(t *testing.T) {
 	h := newHarness(t)
 	withAdmission(t, h, func(c *config.Admission) {
@@ -114,7 +114,8 @@ func TestExtProcBudgetRefusalAndRequireTenant(t *testing.T) {
 	for _, o := range ir.GetHeaders().GetSetHeaders() {
 		got[o.GetHeader().GetKey()] = string(o.GetHeader().GetRawValue())
 	}
-	if ir.GetStatus().GetCode() != 429 || got["retry-after"] == "" || got["x-ratelimit-limit-tokens"] != "10" || ir.GetDetails() != "kvroute_admission_tokens" {
+	if ir.GetStatus().GetCode() != 429 || got["retry-after"] == "" || got["x-ratelimit-limit-tokens"] != "10" || ir.GetDetails() != "kvroute_admission_tokens" ||
+		got["x-kvroute-rejected-reason"] != "token_budget" {
 		t.Fatalf("%v %v %s", ir.GetStatus(), got, ir.GetDetails())
 	}
 	if h.router.InFlight() != 0 {

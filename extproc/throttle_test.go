@@ -57,10 +57,15 @@ func TestExtProcThrottlesFailedAPIKeysBySourceAddress(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		checkImmediate(t, try("/v1/chat/completions", "203.0.113.9:40000", "sk-guess"), 401, "authentication_error")
 	}
-	checkImmediate(t, try("/v1/chat/completions", "203.0.113.9:40001", "sk-a"), 429, "rate_limit_exceeded")
+	r := try("/v1/chat/completions", "203.0.113.9:40001", "sk-a")
+	checkImmediate(t, r, 429, "rate_limit_exceeded")
+	if got := headerIn(r.GetImmediateResponse().GetHeaders(), router.RejectedReasonHeader); got != "auth_throttled" {
+		t.Fatalf("x-kvroute-rejected-reason = %q, want auth_throttled", got)
+	}
 	ir := try("/v1/messages", "203.0.113.9:40002", "sk-a").GetImmediateResponse()
-	if ir.GetStatus().GetCode() != 429 || !strings.HasPrefix(string(ir.GetBody()), `{"type":"error"`) || ir.GetDetails() != "kvroute_admission_auth_throttled" {
-		t.Fatalf("Anthropic: %v %s %s", ir.GetStatus(), ir.GetBody(), ir.GetDetails())
+	if ir.GetStatus().GetCode() != 429 || !strings.HasPrefix(string(ir.GetBody()), `{"type":"error"`) || ir.GetDetails() != "kvroute_admission_auth_throttled" ||
+		headerIn(ir.GetHeaders(), router.RejectedReasonHeader) != "auth_throttled" {
+		t.Fatalf("Anthropic: %v %s %s %v", ir.GetStatus(), ir.GetBody(), ir.GetDetails(), ir.GetHeaders())
 	}
 	if r := try("/v1/chat/completions", "198.51.100.1:1", "sk-a"); r.GetImmediateResponse() != nil {
 		t.Fatalf("another client's right key: %v", r)

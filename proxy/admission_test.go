@@ -165,6 +165,7 @@ func TestProxyBudgetSettleAndRefuse(t *testing.T) {
 	big := `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"x"}]}`
 	resp, body := admPost(t, srv.URL+"/v1/messages", big, map[string]string{"x-api-key": "sk-a"})
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-Ratelimit-Limit-Tokens") != "1000" ||
+		resp.Header.Get("X-Kvroute-Rejected-Reason") != "token_budget" ||
 		resp.Header.Get("X-Ratelimit-Remaining-Tokens") != "983" || !strings.HasPrefix(body, `{"type":"error","error":{"type":"rate_limit_error"`) {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
 	}

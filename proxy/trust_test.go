@@ -122,8 +122,8 @@ func TestClientGoneMidUploadCountsAborted(t *testing.T) {
 
 // Failed API keys are throttled per client address on the proxy: after
 // admission.auth_throttle.failures unknown keys, the next request — even with the
-// right key — is a 429 in the request's API shape with Retry-After, before the key is
-// looked up.
+// right key — is a 429 in the request's API shape with Retry-After and
+// x-kvroute-rejected-reason: auth_throttled, before the key is looked up.
 func TestProxyThrottlesFailedAPIKeys(t *testing.T) {
 	keys := apiKeyFile(t, "sk-a", "alpha")
 	srv, _, ms := admissionProxy(t, func(c *config.Admission) {
@@ -136,11 +136,12 @@ func TestProxyThrottlesFailedAPIKeys(t *testing.T) {
 		}
 	}
 	resp, body := admPost(t, srv.URL+"/v1/chat/completions", chatReq, map[string]string{"Authorization": "Bearer sk-a"})
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "30" || !strings.Contains(body, "failed API key attempts") {
-		t.Fatalf("after 2 failures: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "30" || !strings.Contains(body, "failed API key attempts") ||
+		resp.Header.Get("X-Kvroute-Rejected-Reason") != "auth_throttled" {
+		t.Fatalf("after 2 failures: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	resp, body = admPost(t, srv.URL+"/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, map[string]string{"x-api-key": "sk-a"})
-	if resp.StatusCode != 429 || !strings.HasPrefix(body, `{"type":"error"`) {
+	if resp.StatusCode != 429 || !strings.HasPrefix(body, `{"type":"error"`) || resp.Header.Get("X-Kvroute-Rejected-Reason") != "auth_throttled" {
 		t.Fatalf("Anthropic: %d %s", resp.StatusCode, body)
 	}
 	if v := testutil.ToFloat64(ms.Admission.AuthThrottled); v != 2 {
