@@ -324,8 +324,9 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		r := &results[i]
 		po := router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)}
 		if fq != nil {
-			cp := admission.Policy(&st.cls, 0, true)
-			po.Classify = func(int) router.ClassPolicy { return cp } // as admission's Admitter does
+			// as admission's Admitter does: the objective less the time queued
+			cp := admission.AtDispatch(admission.Policy(&st.cls, 0, true), clock.Now().Sub(st.sent))
+			po.Classify = func(int) router.ClassPolicy { return cp }
 		}
 		wall := time.Now()
 		t, err := reps[i%nrep].rt.Pick(ctx, st.req, po)
