@@ -114,6 +114,21 @@ func Policy(c *config.Class, client time.Duration, queued bool) router.ClassPoli
 		RefuseOnSLOMiss: c.OnSLOMiss == config.SLOMissRefuse, Class: c.Name, Priority: c.Priority, Attainment: c.SLOAttainment}
 }
 
+// AtDispatch is the class policy p of a request picked again after waiting waited in
+// kvroute's queue: its objective is what is left of p.SLO, since the client counts the
+// TTFT from its arrival, not from the dispatch. A request no worker is predicted to
+// start within what is left is then refused at dispatch (on_slo_miss: refuse) rather
+// than sent to miss its objective on capacity another request could use. Past the
+// objective, 1 ns is left: refused in a refusing class, sent to the best worker (and
+// counted a miss) in another. p unchanged when it has no objective or nothing waited.
+func AtDispatch(p router.ClassPolicy, waited time.Duration) router.ClassPolicy {
+	if p.SLO <= 0 || waited <= 0 {
+		return p
+	}
+	p.SLO = max(p.SLO-waited, time.Nanosecond)
+	return p
+}
+
 // Picked is Admitter.Pick's result.
 type Picked struct {
 	Ticket *router.Ticket
@@ -194,10 +209,15 @@ func (a *Admitter) pick(ctx context.Context, rt *router.Router, req *request.Req
 	}
 	client := po.SLO
 	in.API, in.Model = req.API, req.Model
+	var queued time.Time // when the request joined the queue; zero before
 	po.Classify = func(promptTokens int) router.ClassPolicy {
 		in.PromptTokens = promptTokens
 		cls = a.Classify(in)
-		return Policy(cls, client, q != nil)
+		p := Policy(cls, client, q != nil)
+		if !queued.IsZero() {
+			p = AtDispatch(p, time.Since(queued))
+		}
+		return p
 	}
 	pick := func() (*router.Ticket, error) {
 		t, err := rt.Pick(ctx, req, po)
@@ -231,9 +251,9 @@ func (a *Admitter) pick(ctx context.Context, rt *router.Router, req *request.Req
 		}
 		return Picked{Ticket: t, Class: cls}, err
 	}
-	start := time.Now()
+	queued = time.Now()
 	t, err = q.wait(ctx, in.Tenant, cls, pick)
-	waited := time.Since(start)
+	waited := time.Since(queued)
 	q.observe(a.labels.Label(in.Tenant), cls.Name, waited)
 	var reason string
 	if re, ok := err.(*queueRefusal); ok {

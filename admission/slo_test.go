@@ -91,6 +91,9 @@ func TestSLORefusalAtArrival(t *testing.T) {
 	if m, p := testutil.ToFloat64(ms.Router.SLOMargin), testutil.ToFloat64(ms.Router.SLOPressure.WithLabelValues("interactive")); m != 1 || p != 1 {
 		t.Fatalf("slo_margin %v, slo_pressure %v: want 1 and 1 before any feedback", m, p)
 	}
+	if c := testutil.ToFloat64(ms.Router.SLOCorrection.WithLabelValues("interactive")); c != 1 {
+		t.Fatalf("slo_correction %v: want 1 before any admitted miss", c)
+	}
 	p, err = a.Pick(ctx, rt, sloReq(), router.PickOptions{}, ClassInput{Tenant: "other"})
 	if err != nil || p.Ticket == nil || p.Class.Name != "batch" {
 		t.Fatalf("on_slo_miss unset (admit): %+v %v", p, err)

@@ -11,13 +11,12 @@ import (
 // policy of that name.
 var clientPolicies = []string{"random", "round_robin"}
 
-// newPolicy returns scoring's policy of that name, or bench's own random/round_robin.
-// batchTokens is the simulated engines' max_num_batched_tokens, what an operator sets
-// scoring.batch_tokens to (0: scoring's default); peerState sets scoring.Options.PeerState
-// (scoring.peer_state), cacheTurnover scoring.Options.CacheTurnover (scoring.cache_turnover)
-// and utilBacklog scoring.Options.UtilizationBacklog (scoring.utilization_backlog).
-func newPolicy(name string, r *rand.Rand, batchTokens int, peerState, cacheTurnover, utilBacklog bool) (scoring.Policy, error) {
-	p, err := scoring.New(name, scoring.Options{Rand: r, BatchTokens: batchTokens, PeerState: peerState, CacheTurnover: cacheTurnover, UtilizationBacklog: utilBacklog})
+// newPolicy returns scoring's policy of that name under o, or bench's own
+// random/round_robin (which use o.Rand only). o.BatchTokens is the simulated engines'
+// max_num_batched_tokens, what an operator sets scoring.batch_tokens to.
+func newPolicy(name string, o scoring.Options) (scoring.Policy, error) {
+	r := o.Rand
+	p, err := scoring.New(name, o)
 	if err == nil {
 		return p, nil
 	}
@@ -67,4 +66,11 @@ func (p *rrPolicy) Name() string { return "round_robin" }
 func (p *rrPolicy) Pick(_ *scoring.Input, c []scoring.Candidate) scoring.Decision {
 	p.n++
 	return scoring.Decision{Index: (p.n - 1) % len(c), Reason: scoring.ReasonPolicy}
+}
+
+// scoringOptions are the scoring.Options a virtual run's policies get: the simulated
+// engines' batch size and the switches VirtualOptions turns on.
+func (o *VirtualOptions) scoringOptions(r *rand.Rand) scoring.Options {
+	return scoring.Options{Rand: r, BatchTokens: o.Profile.MaxBatchTokens, PeerState: o.PeerState,
+		CacheTurnover: o.CacheTurnover, UtilizationBacklog: o.UtilizationBacklog, KVWait: o.KVWait}
 }

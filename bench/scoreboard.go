@@ -239,6 +239,8 @@ type ScoreboardRun struct {
 	CacheTurnover bool
 	// UtilizationBacklog turns on ρ's backlog factor in every run (VirtualOptions).
 	UtilizationBacklog bool
+	// KVWait turns on kvroute's KV-wait price in every run (VirtualOptions).
+	KVWait bool
 	// Log, when set, gets one line per finished run.
 	Log io.Writer
 }
@@ -333,7 +335,7 @@ func RunScoreboard(rows []Row, o ScoreboardRun) ([]RowResult, error) {
 						}
 						var rs []Result
 						rs, err = RunVirtual(w, VirtualOptions{Workers: r.Workers, Profile: prof, Policy: pol, Arrivals: a, Roles: roles, Admission: adm,
-							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover, UtilizationBacklog: o.UtilizationBacklog})
+							Seed: uint64(j.seed), EventLag: o.EventLag, Speeds: r.Speeds, Slowdowns: r.Slow, KnownSpeeds: r.Known, CacheTurnover: o.CacheTurnover, UtilizationBacklog: o.UtilizationBacklog, KVWait: o.KVWait})
 						if err == nil {
 							o2.s = Summarize(policies[j.pol], a.String(), rs, r.SLO, 0, WorkerNames(r.Workers))
 							o2.s.Results, o2.s.Seed = nil, uint64(j.seed)

@@ -95,6 +95,9 @@ type VirtualOptions struct {
 	// (scoring.Options.UtilizationBacklog, config scoring.utilization_backlog; kvbench
 	// --utilization-backlog).
 	UtilizationBacklog bool
+	// KVWait prices a KV-full worker's queue by the time its running requests take to
+	// free the blocks (scoring.Options.KVWait, config scoring.kv_wait; kvbench --kv-wait).
+	KVWait bool
 	// Roles are the workers' prefill/decode roles (worker i gets Roles[i], missing
 	// entries aggregated): a request picked with a remote prefill runs its prefill leg
 	// on that worker's engine and its decode there, reading the KV (pd.go).
@@ -159,7 +162,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 	policy := o.PolicyImpl
 	if policy == nil {
 		var err error
-		if policy, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c)), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover, o.UtilizationBacklog); err != nil {
+		if policy, err = newPolicy(o.Policy, o.scoringOptions(rand.New(rand.NewPCG(o.Seed, 0x901c)))); err != nil {
 			return nil, err
 		}
 	}
@@ -208,7 +211,7 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 			if o.PolicyImpl != nil {
 				return nil, fmt.Errorf("bench: PolicyImpl with %d replicas", nrep)
 			}
-			if pol, err = newPolicy(o.Policy, rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))), o.Profile.MaxBatchTokens, o.PeerState, o.CacheTurnover, o.UtilizationBacklog); err != nil {
+			if pol, err = newPolicy(o.Policy, o.scoringOptions(rand.New(rand.NewPCG(o.Seed, 0x901c+uint64(ri))))); err != nil {
 				return nil, err
 			}
 		}
@@ -321,8 +324,9 @@ func RunVirtual(w *Workload, o VirtualOptions) ([]Result, error) {
 		r := &results[i]
 		po := router.PickOptions{RequestID: fmt.Sprintf("req-%d", i)}
 		if fq != nil {
-			cp := admission.Policy(&st.cls, 0, true)
-			po.Classify = func(int) router.ClassPolicy { return cp } // as admission's Admitter does
+			// as admission's Admitter does: the objective less the time queued
+			cp := admission.AtDispatch(admission.Policy(&st.cls, 0, true), clock.Now().Sub(st.sent))
+			po.Classify = func(int) router.ClassPolicy { return cp }
 		}
 		wall := time.Now()
 		t, err := reps[i%nrep].rt.Pick(ctx, st.req, po)

@@ -147,7 +147,7 @@ func TestVirtualReplicasShareOrDuplicate(t *testing.T) {
 }
 
 func mustPolicy(t *testing.T) scoring.Policy {
-	p, err := newPolicy("random", rand.New(rand.NewPCG(1, 2)), 2048, false, false, false)
+	p, err := newPolicy("random", scoring.Options{Rand: rand.New(rand.NewPCG(1, 2)), BatchTokens: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}

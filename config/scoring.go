@@ -89,6 +89,10 @@ type Scoring struct {
 	// UtilizationBacklog scales the utilization ρ by offered ÷ served tokens (off by
 	// default; scoring.Options.UtilizationBacklog).
 	UtilizationBacklog bool `mapstructure:"utilization_backlog"`
+	// KVWait prices a KV-full worker's queue by the time its running requests take to
+	// free the blocks the request needs (scoring.Options.KVWait; needs scraped KV usage
+	// and the workers' block_capacity).
+	KVWait bool `mapstructure:"kv_wait"`
 
 	Baselines ScoringBaselines `mapstructure:"baselines"`
 	Scrape    Scrape           `mapstructure:"scrape"`
@@ -154,7 +158,7 @@ func (s Scoring) Options() scoring.Options {
 		ShedOnSLOMiss: s.ShedOnSLOMiss, RetryAfterMax: s.RetryAfterMax, Forgetting: s.Forgetting, ClampFactor: s.ClampFactor,
 		ResidualClip: s.ResidualClip, CongestionMax: offIfZero(s.CongestionMax), FactorHalfLife: offIfZeroD(s.FactorHalfLife),
 		ExploreFraction: offIfZero(s.ExploreFraction), QueueBacklog: s.QueueBacklog, EvictDuringWait: s.EvictDuringWait, PeerState: s.PeerState,
-		CacheTurnover: s.CacheTurnover, UtilizationBacklog: s.UtilizationBacklog,
+		CacheTurnover: s.CacheTurnover, UtilizationBacklog: s.UtilizationBacklog, KVWait: s.KVWait,
 		Baselines: scoring.Baselines{DynamoOverlap: dyn, DynamoTemperature: s.Baselines.DynamoTemperature,
 			SGLCacheThreshold: s.Baselines.SGLCacheThreshold, SGLBalanceAbs: s.Baselines.SGLBalanceAbs, SGLBalanceRel: s.Baselines.SGLBalanceRel,
 			SaturationQueue: s.Baselines.SaturationQueue, SaturationKV: s.Baselines.SaturationKV, SaturationTokens: s.Baselines.SaturationTokens,

@@ -26,6 +26,7 @@ type Router struct {
 	BestTTFT         *prometheus.GaugeVec     // model: the best predicted TTFT of the latest pick (scaling signal)
 	SLOMargin        prometheus.Gauge         // the SLO refusal rule's margin (p90 of observed ÷ predicted TTFT)
 	SLOPressure      *prometheus.GaugeVec     // class: pressure a class puts on lower-priority classes
+	SLOCorrection    *prometheus.GaugeVec     // class: correction of a class's own refusal threshold from its admitted misses
 }
 
 func newRouter(reg prometheus.Registerer) *Router {
@@ -75,6 +76,8 @@ func newRouter(reg prometheus.Registerer) *Router {
 			Name: "slo_margin", Help: "The SLO refusal rule's margin: the learned 90th percentile of observed ÷ predicted TTFT (a request is refused when margin × its best prediction is past its objective); 1 before any feedback."})),
 		SLOPressure: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "slo_pressure", Help: "Pressure a class refusing on SLO miss puts on classes of lower priority (their refusal threshold is divided by it): above 1 while the class meets its objective less often than its slo_attainment; by class (configured classes)."}, []string{"class"})),
+		SLOCorrection: must(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "slo_correction", Help: "Correction of a refusing class's own threshold (divided by it, with the margin): above 1 while more of its admitted requests miss their objective than its slo_attainment allows, 1 once they meet it; by class (configured classes)."}, []string{"class"})),
 	}
 	r.SLOMargin.Set(1) // the margin before any feedback
 	return r

@@ -194,9 +194,9 @@ type input struct {
 	regVersion uint64      // the registry version the candidates were read at
 	wait       bool        // PickOptions.Classify allowed waiting
 	cls        ClassPolicy // its SLO is the objective in.SLO
-	// sloMargin, sloPressure: with RefuseAbove, the margin and the class's own pressure
-	// threshold read (the autoscaling gauges).
-	sloMargin, sloPressure float64
+	// sloMargin, sloPressure, sloCorrection: with RefuseAbove, the margin and the class's
+	// own pressure and correction threshold read (the autoscaling gauges).
+	sloMargin, sloPressure, sloCorrection float64
 }
 
 // prepare does the lock-free part of a pick: candidates, tokenization, block keys,
@@ -267,7 +267,7 @@ func (r *Router) prepare(ctx context.Context, req *request.Request, opt PickOpti
 		in.SLO, in.wait, in.RefuseOnSLOMiss = in.cls.SLO, in.cls.Wait, in.cls.RefuseOnSLOMiss
 	}
 	if in.RefuseOnSLOMiss && in.SLO > 0 {
-		in.RefuseAbove, in.sloMargin, in.sloPressure = r.sloMargin.threshold(in.cls, in.Now)
+		in.RefuseAbove, in.sloMargin, in.sloPressure, in.sloCorrection = r.sloMargin.threshold(in.cls, in.Now)
 	}
 	if limit := r.maxPromptTokens(md); len(in.Tokens) > limit {
 		// Routing considers the first limit tokens: what is hashed, looked up and booked

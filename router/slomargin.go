@@ -38,6 +38,17 @@ import (
 // pressure of the classes of higher priority, so lower classes are refused first and
 // the capacity they would have queued serves the higher class; p returns to 1 once the
 // higher class meets its attainment again.
+//
+// Its own admitted requests. The margin is a quantile over every request, but those
+// admitted near the threshold are the ones whose ratio matters, and at load their
+// ratios run past the overall quantile: the admitted could then miss more often than
+// the attainment allows. So each class also keeps a correction s ≥ 1 by the same update
+// over its admitted requests with a prediction only (a refusal does not count: it would tighten the
+// threshold further the more it refuses), and its threshold is divided by s too: s
+// rises while more than 1 − attainment of the admitted miss, and returns to 1 when
+// fewer do, so an admitted p90 (attainment 0.9) settles at the objective and a fleet
+// meeting it refuses no more than the margin does. Not for a class no other outranks
+// while lower classes exist (refused at the median above).
 const (
 	sloMarginStep  = 0.05 // η
 	sloMarginMin   = 0.5
@@ -81,6 +92,7 @@ type sloClass struct {
 	prio  int
 	alpha float64 // 1 − attainment
 	p     float64 // pressure on lower classes
+	self  float64 // correction of its own threshold from its admitted requests' misses
 }
 
 // sloMargins holds the margins, the per-class pressures and the deadlines of picked
@@ -114,7 +126,7 @@ func (s *sloMargins) classLocked(cp ClassPolicy) *sloClass {
 			c = s.classes[name]
 		}
 		if c == nil {
-			c = &sloClass{p: 1}
+			c = &sloClass{p: 1, self: 1}
 			s.classes[name] = c
 		}
 	}
@@ -127,9 +139,9 @@ func (s *sloMargins) classLocked(cp ClassPolicy) *sloClass {
 }
 
 // threshold returns the predicted TTFT past which a request of cp is refused, with
-// the margin (the 90th percentile) and cp's own pressure it read, and counts the
-// misses whose deadline has passed by now.
-func (s *sloMargins) threshold(cp ClassPolicy, now time.Time) (limit time.Duration, margin, pressure float64) {
+// the margin (the 90th percentile), cp's own pressure and cp's own correction it read,
+// and counts the misses whose deadline has passed by now.
+func (s *sloMargins) threshold(cp ClassPolicy, now time.Time) (limit time.Duration, margin, pressure, correction float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -143,11 +155,11 @@ func (s *sloMargins) threshold(cp ClassPolicy, now time.Time) (limit time.Durati
 			lower = true
 		}
 	}
-	m := s.p90.m
+	m, corr := s.p90.m*c.self, c.self
 	if top && lower {
-		m = s.p50.m
+		m, corr = s.p50.m, 1
 	}
-	return time.Duration(float64(cp.SLO) / (m * p)), s.p90.m, c.p
+	return time.Duration(float64(cp.SLO) / (m * p)), s.p90.m, c.p, corr
 }
 
 // admitted registers t, picked with an objective, for its outcome: a streamed one is
@@ -210,6 +222,7 @@ func (s *sloMargins) foldLocked(t *Ticket, sloMiss bool, lo, hi float64) {
 	}
 	c.p = step(c.p, x, c.alpha, 1, sloPressureMax)
 	if !math.IsNaN(lo) && !math.IsNaN(hi) {
+		c.self = step(c.self, x, c.alpha, 1, sloPressureMax)
 		s.p90.fold(lo, hi)
 		s.p50.fold(lo, hi)
 	}
@@ -280,5 +293,6 @@ func (r *Router) observeScaling(in *input, d scoring.Decision) {
 	if in.RefuseAbove > 0 {
 		r.m.SLOMargin.Set(in.sloMargin)
 		r.m.SLOPressure.WithLabelValues(in.cls.Class).Set(in.sloPressure)
+		r.m.SLOCorrection.WithLabelValues(in.cls.Class).Set(in.sloCorrection)
 	}
 }

@@ -59,7 +59,8 @@ func TestSLOMarginsCountAMissAtTheDeadline(t *testing.T) {
 		t.Fatalf("threshold before the deadline %v, want 1s (margin 1)", got)
 	}
 	got := limitOf(&s, cp, t0.Add(time.Second))
-	want := time.Duration(float64(time.Second) / math.Exp(sloMarginStep*0.9))
+	// one miss raises the margin and the class's own correction by one step each
+	want := time.Duration(float64(time.Second) / math.Exp(2*sloMarginStep*0.9))
 	if math.Abs(float64(got-want)) > float64(time.Microsecond) {
 		t.Fatalf("threshold after the deadline %v, want %v (one miss)", got, want)
 	}
@@ -131,6 +132,43 @@ func TestSLOPressureProtectsTheHigherClass(t *testing.T) {
 	}
 }
 
+// A class whose admitted requests miss more often than its attainment allows tightens
+// its own threshold beyond the margin: ratios that put the margin at p90 but 30 % of
+// the admitted past the objective (the margin is fed other, quieter requests' ratios
+// too) raise the correction; refusals do not move it; once the admitted meet, it
+// returns to 1 and the threshold is the margin's again.
+func TestSLOSelfCorrectionFromAdmittedMisses(t *testing.T) {
+	var s sloMargins
+	cp := ClassPolicy{SLO: 8 * time.Second, RefuseOnSLOMiss: true, Class: "c"}
+	limitOf(&s, cp, t0)
+	for i := 0; i < 100; i++ {
+		s.refused(cp)
+	}
+	if g := limitOf(&s, cp, t0); g != 8*time.Second {
+		t.Fatalf("refusals moved the threshold: %v", g)
+	}
+	// 3 in 10 admitted miss (ratio 2 on a 6 s prediction: 12 s), 7 meet at ratio 1
+	for i := 0; i < 3000; i++ {
+		r := time.Duration(6 * float64(time.Second))
+		if i%10 < 3 {
+			r *= 2
+		}
+		s.observe(picked(cp, 6*time.Second), r)
+	}
+	m, _, _ := s.margins("c")
+	tight := limitOf(&s, cp, t0)
+	if byMargin := time.Duration(float64(8*time.Second) / m); tight > byMargin/4 {
+		t.Fatalf("30 %% of the admitted miss: threshold %v, want well under the margin's %v", tight, byMargin)
+	}
+	for i := 0; i < 3000; i++ {
+		s.observe(picked(cp, 6*time.Second), 6*time.Second)
+	}
+	m, _, _ = s.margins("c")
+	if g, w := limitOf(&s, cp, t0), time.Duration(float64(8*time.Second)/m); g != w {
+		t.Fatalf("admitted meet again: threshold %v, want the margin's %v", g, w)
+	}
+}
+
 // The per-class state is bounded: past sloMaxClasses names, new ones share "".
 func TestSLOClassesBounded(t *testing.T) {
 	var s sloMargins
@@ -144,7 +182,7 @@ func TestSLOClassesBounded(t *testing.T) {
 
 // limitOf is threshold's refusal limit alone.
 func limitOf(s *sloMargins, cp ClassPolicy, now time.Time) time.Duration {
-	l, _, _ := s.threshold(cp, now)
+	l, _, _, _ := s.threshold(cp, now)
 	return l
 }
 
@@ -157,7 +195,7 @@ func TestSLOThresholdReportsWhatItRead(t *testing.T) {
 		s.refused(hi)
 		s.observe(picked(hi, time.Second), 3*time.Second)
 	}
-	_, m, p := s.threshold(hi, t0)
+	_, m, p, _ := s.threshold(hi, t0)
 	wm, _, wp := s.margins("hi")
 	if m != wm || p != wp || m <= 1 || p <= 1 {
 		t.Fatalf("threshold read margin %v pressure %v, margins says %v %v (both > 1 after misses)", m, p, wm, wp)

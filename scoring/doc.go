@@ -9,7 +9,7 @@
 //	TTFT(r,w) = θ₀·o_w                                    overhead
 //	          + θ₁·U/ρ_w                                   prefill of the U uncached tokens
 //	          + θ₃·(C_cpu/ρ_cpu + C_disk/ρ_disk)           lower-tier hits: transfer, not zero
-//	          + θ₂·Q/ρ_w                                   prefill queued ahead (FCFS)
+//	          + θ₂·max(Q/ρ_w, K_w)                         prefill queued ahead (FCFS), or the KV wait
 //	          + θ₄·R·max(1,(Q+U)/B)·δ                      decode interference
 //	          + θ₅·A_w                                     loading the LoRA adapter (adapter.go)
 //
@@ -17,6 +17,9 @@
 //	    with evict_during_wait also less what the queue's writes evict first, overload.go)
 //	Q = booked uncached tokens (or their remaining work, queue_backlog) + unsized bookings·F_w
 //	    + w_age·max(0, waiting − booked prefilling − ours that left since the scrape)·F_w
+//	K_w = D_w·max(0, u_w·C_w + Q + U − C_w)/C_w with kv_wait (else 0): the wait for running
+//	    requests to free KV blocks; C_w = block_capacity·block size tokens, u_w the scraped
+//	    KV usage, D_w the learned decode time (completion − first token, EWMA; model.go)
 //	R = booked decoding + w_age·max(0, running − booked requests)
 //	w_age = 0.5^(age of the scrape / load_half_life)
 //	A_w = 0 (base model, or the adapter in a slot), adapter_load_time (a free slot, or an

@@ -45,6 +45,8 @@ type workerModel struct {
 	firstTokens   recent     // when our requests here left the waiting queue (first token)
 	finished      recent     // when our requests here finished
 	adapters      adapterUse // LoRA adapters last used here (adapter.go); nil until the first adapter request
+	decode        float64    // EWMA of our requests' decode time here (completion − first token), s; 0 until one completes
+	firstDecode   time.Time  // when the first of our requests here got its first token (decodeAt before any completion)
 }
 
 // foreignAlpha is the EWMA weight of one request in foreignTokens (≈ last 20 requests).
@@ -155,6 +157,9 @@ func (p *Predictor) predictWith(in *Input, c *Candidate, m *workerModel, st *can
 		}
 		v.leftWaiting += wm.firstTokens.since(c.Load.ScrapedAt)
 		v.leftRunning += wm.finished.since(c.Load.ScrapedAt)
+		if p.o.KVWait {
+			v.decode = wm.decodeAt(in.Now, c.Booked.Decoding)
+		}
 	}
 	var used adapterUse
 	if wm != nil {
@@ -502,11 +507,22 @@ func (p *Predictor) recordLeft(o Observation) {
 		u := float64(max(o.PromptTokens-o.CachedTokens, 0)) // what the pick wrote (Pick: writes)
 		if o.E2E > 0 {
 			wm.finished.add(o.Start.Add(o.E2E))
+			if o.TTFT > 0 && o.E2E > o.TTFT {
+				d := (o.E2E - o.TTFT).Seconds()
+				if wm.decode <= 0 {
+					wm.decode = d
+				} else {
+					wm.decode += decodeAlpha * (d - wm.decode)
+				}
+			}
 			if o.TTFT <= 0 { // not streamed: reported once, at completion
 				wm.served.add(u, o.Start.Add(o.E2E), p.o.WriteHalfLife)
 			}
 		} else if o.TTFT > 0 {
 			wm.firstTokens.add(o.Start.Add(o.TTFT))
+			if wm.firstDecode.IsZero() {
+				wm.firstDecode = o.Start.Add(o.TTFT)
+			}
 			wm.served.add(u, o.Start.Add(o.TTFT), p.o.WriteHalfLife)
 			wm.backlog.pop()
 		}

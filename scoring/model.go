@@ -88,6 +88,9 @@ type workerView struct {
 	// adapter is the prior time the request's LoRA adapter adds on the worker, seconds
 	// (adapterCost); 0 for a base-model request or an adapter already loaded.
 	adapter float64
+	// decode is the worker's expected decode time of a running request (first token to
+	// completion), seconds (workerModel.decodeAt); 0 unknown.
+	decode float64
 }
 
 // features computes one candidate's terms under prior p, and the cached tokens the
@@ -117,6 +120,9 @@ func features(o *Options, in *Input, c *Candidate, p prior, v workerView) (Featu
 	}
 
 	f[TermQueue] = queueTok / p.prefillRate
+	if o.KVWait {
+		f[TermQueue] = max(f[TermQueue], kvWait(in, c, v, queueTok+uncached))
+	}
 	f[TermAdapter] = v.adapter
 
 	// Decode interference: each engine step schedules running decodes first (one token
@@ -161,6 +167,52 @@ func queueTokens(o *Options, in *Input, c *Candidate, v workerView) float64 {
 		}
 	}
 	return q
+}
+
+// kvWait is how long a request needing need more KV tokens (the uncached tokens queued
+// ahead of it and its own) waits on c for running requests to free blocks, seconds:
+//
+//	wait = D × (U·C + need − C) ÷ C    when positive, else 0
+//
+// with C = BlockCapacity × BlockSize the worker's KV capacity in tokens, U its scraped
+// KV usage (vllm:kv_cache_usage_perc: referenced blocks; free and cached-unreferenced
+// blocks are reusable) and D its decode time (v.decode): the running requests hold U·C
+// and, finishing over about D, free the cache at C ÷ D tokens per second at most.
+// vLLM v1 schedules a waiting request only when the KV manager can allocate its blocks
+// (vllm/v1/core/sched/scheduler.py, allocate_slots returning None stops the waiting
+// loop), so this wait, not the prefill rate, bounds a KV-full worker's queue. 0 without
+// a scrape, a capacity or a decode time.
+func kvWait(in *Input, c *Candidate, v workerView, need float64) float64 {
+	if v.decode <= 0 || c.Worker == nil || c.Load.ScrapedAt.IsZero() || in.BlockSize <= 0 {
+		return 0
+	}
+	capTok := float64(c.Worker.Profile.BlockCapacity) * float64(in.BlockSize)
+	if capTok <= 0 {
+		return 0
+	}
+	used := min(max(c.Load.KVUsage, 0), 1) * capTok
+	excess := used + max(need, 0) - capTok
+	if excess <= 0 {
+		return 0
+	}
+	return v.decode * excess / capTok
+}
+
+// decodeAlpha is the EWMA weight of one completion in workerModel.decode (≈ last 10).
+const decodeAlpha = 0.1
+
+// decodeAt is the worker's expected decode time at now, seconds: the EWMA of completed
+// requests' decode times; before any completed, while some of ours decode there, the
+// time since the first of them got its first token (a censored lower bound: none has
+// finished in that time); 0 when nothing is known.
+func (wm *workerModel) decodeAt(now time.Time, decoding int) float64 {
+	if wm.decode > 0 {
+		return wm.decode
+	}
+	if decoding > 0 && !wm.firstDecode.IsZero() && now.After(wm.firstDecode) {
+		return now.Sub(wm.firstDecode).Seconds()
+	}
+	return 0
 }
 
 // MaxPredictedTerm bounds each term of a Prediction (Overhead, Prefill, Queue), so a

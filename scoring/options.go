@@ -99,6 +99,15 @@ type Options struct {
 	// queue then holds (bench TestQoSFairnessAndPriorityVirtual: throughput 0.92×,
 	// goodput 0.70× of no queue), and multi-turn at 1 conv/s moved 0.99 → 1.05 ÷ static.
 	UtilizationBacklog bool
+	// KVWait prices a worker whose KV cache cannot hold the request: the queue term is
+	// at least the time its running requests take to free the blocks the queue ahead and
+	// the request need, D × (used + queued + uncached − capacity) ÷ capacity, with D the
+	// worker's learned decode time (model.go kvWait). A vLLM engine whose KV cache is
+	// full schedules no waiting request until blocks free, whatever its prefill rate, so
+	// without it a KV-bound worker's queue is priced as compute it can start at once.
+	// Needs scraped KV usage (vllm:kv_cache_usage_perc) and the worker profile's
+	// block_capacity.
+	KVWait bool
 	// AdapterLoadTime is the prior time a worker takes to load a LoRA adapter that is
 	// not in one of its slots (from its CPU cache or disk) before the request's first
 	// step; the prediction adds it where the worker's vllm:lora_requests_info says the

@@ -96,6 +96,7 @@ func run(args []string) error {
 	var slowFlags multi
 	fs.Var(&slowFlags, "slow", "virtual: W:AT:F makes worker W (0-based) F times slower from AT, e.g. 0:2m:3 (repeatable)")
 	utilBacklog := fs.Bool("utilization-backlog", false, "virtual: kvroute scales its utilization ρ by offered ÷ served tokens (scoring.utilization_backlog)")
+	kvWait := fs.Bool("kv-wait", false, "virtual: kvroute prices a KV-full worker's queue by the time its running requests take to free the blocks (scoring.kv_wait)")
 	cacheTurnover := fs.Bool("cache-turnover", false, "virtual: kvroute prices the cache copy a pick loses to its worker's cache turnover (scoring.cache_turnover)")
 	knownSpeeds := fs.Bool("known-speeds", false, "virtual: the registry's worker profiles carry the true speeds (default: all configured alike)")
 	nreplicas := fs.Int("replicas", 1, "virtual: kvroute replicas, arrivals spread over them round robin (each its own index, bookings and policy state)")
@@ -164,7 +165,7 @@ func run(args []string) error {
 				sbSeeds = *nseeds
 			}
 		})
-		return runScoreboard(scoreboardArgs{cacheTurnover: *cacheTurnover, utilBacklog: *utilBacklog, trace: *tracePath, seeds: sbSeeds, traceSeeds: *traceSeeds, rows: *rowsFlag,
+		return runScoreboard(scoreboardArgs{cacheTurnover: *cacheTurnover, utilBacklog: *utilBacklog, kvWait: *kvWait, trace: *tracePath, seeds: sbSeeds, traceSeeds: *traceSeeds, rows: *rowsFlag,
 			parallel: *parallel, policies: *policies, lag: *lag, out: *out, doc: *doc, args: args})
 	}
 	if *nseeds < 1 {
@@ -245,7 +246,7 @@ func run(args []string) error {
 			p = *policies
 		}
 		rows, err := bench.RunQoS(*qos, arrs[0].Apply(w), bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: arrs[0],
-			Seed: *seed, EventLag: *lag, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog}, *qosShare, *qosObjective, *qosMaxQueue)
+			Seed: *seed, EventLag: *lag, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog, KVWait: *kvWait}, *qosShare, *qosObjective, *qosMaxQueue)
 		if err != nil {
 			return err
 		}
@@ -309,7 +310,7 @@ func run(args []string) error {
 					p := run.policy
 					bar.Start(fmt.Sprintf("%s %s seed %d", a, run.label, sd))
 					rs, err := bench.RunVirtual(wl, bench.VirtualOptions{Workers: *nworkers, Profile: prof, Policy: p, Arrivals: a, Seed: sd,
-						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog,
+						EventLag: *lag, Progress: bar.Update, Speeds: speeds, Slowdowns: slows, KnownSpeeds: *knownSpeeds, CacheTurnover: *cacheTurnover, UtilizationBacklog: *utilBacklog, KVWait: *kvWait,
 						Replicas: *nreplicas, Share: !*blind, ExchangeDelay: *exDelay, ExchangeInterval: *exInterval,
 						ExchangeSync: *exSync, PeerState: *peerState, Admission: run.cls, High: run.high, HighShare: *highShare, Roles: roles})
 					if err != nil {
@@ -500,6 +501,7 @@ type scoreboardArgs struct {
 	lag               time.Duration
 	cacheTurnover     bool
 	utilBacklog       bool
+	kvWait            bool
 	out, doc          string
 	args              []string
 }
@@ -522,7 +524,7 @@ func runScoreboard(a scoreboardArgs) error {
 		return err
 	}
 	start := time.Now()
-	res, err := bench.RunScoreboard(rows, bench.ScoreboardRun{Policies: pols, Parallel: a.parallel, EventLag: a.lag, CacheTurnover: a.cacheTurnover, UtilizationBacklog: a.utilBacklog, Log: os.Stderr})
+	res, err := bench.RunScoreboard(rows, bench.ScoreboardRun{Policies: pols, Parallel: a.parallel, EventLag: a.lag, CacheTurnover: a.cacheTurnover, UtilizationBacklog: a.utilBacklog, KVWait: a.kvWait, Log: os.Stderr})
 	if err != nil {
 		return err
 	}
