@@ -36,10 +36,12 @@ type Rules struct {
 	needLabel bool
 	needPII   bool
 	decisions *prometheus.CounterVec // rule, label, action; nil: not counted
+	rewrites  *prometheus.CounterVec // rule, outcome; nil: not counted
 }
 
-// Count makes Decide count every decision in m (kvroute_classify_decisions_total).
-func (rs *Rules) Count(m *metrics.Classify) { rs.decisions = m.Decisions }
+// Count makes Decide count every decision in m (kvroute_classify_decisions_total) and
+// Rewrite every model rewrite (kvroute_classify_rewrites_total).
+func (rs *Rules) Count(m *metrics.Classify) { rs.decisions, rs.rewrites = m.Decisions, m.Rewrites }
 
 func (rs *Rules) count(d Decision) Decision {
 	if rs.decisions != nil {
@@ -79,11 +81,11 @@ func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) 
 			len(s.Tenants) == 0 && s.Header == "" && s.Regex == "" {
 			return nil, fail("no match field (labels, pii, paths, models, tenants, header, regex)")
 		}
-		if !s.Refuse && s.Class == "" && len(s.Workers) == 0 && !s.Tag {
-			return nil, fail("no action (refuse, class, workers, tag)")
+		if !s.Refuse && s.Class == "" && len(s.Workers) == 0 && s.Model == "" && !s.Tag {
+			return nil, fail("no action (refuse, class, workers, model, tag)")
 		}
-		if s.Refuse && (s.Class != "" || len(s.Workers) > 0) {
-			return nil, fail("refuse cannot be combined with class or workers")
+		if s.Refuse && (s.Class != "" || len(s.Workers) > 0 || s.Model != "") {
+			return nil, fail("refuse cannot be combined with class, workers or model")
 		}
 		for _, w := range s.Workers {
 			if _, err := netip.ParseAddrPort(w); err != nil {
@@ -157,11 +159,12 @@ type Decision struct {
 	Refuse     bool
 	Class      string
 	Workers    []string    // "ip:port": restrict the pick to them
+	Model      string      // rewrite the request's model to this (Rules.Rewrite)
 	Header     [][2]string // upstream headers to set
 }
 
 // Action names the decision for a bounded metric label: "none", "refuse", "class",
-// "workers" or "tag" (the first that applies).
+// "workers", "model" or "tag" (the first that applies).
 func (d Decision) Action() string {
 	switch {
 	case d.Rule == "":
@@ -172,6 +175,8 @@ func (d Decision) Action() string {
 		return "class"
 	case len(d.Workers) > 0:
 		return "workers"
+	case d.Model != "":
+		return "model"
 	}
 	return "tag"
 }
@@ -240,7 +245,7 @@ func (rs *Rules) Decide(in Input) Decision {
 			continue
 		}
 		d = Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence,
-			Refuse: r.Refuse, Class: r.Class, Workers: r.Workers}
+			Refuse: r.Refuse, Class: r.Class, Workers: r.Workers, Model: r.Model}
 		if r.Tag {
 			v := "rule=" + r.Name
 			if d.Label != "" {

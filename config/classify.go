@@ -1,5 +1,10 @@
 package config
 
+import (
+	"fmt"
+	"slices"
+)
+
 // Classify is the classify stage between parsing and admission, the same in `serve`
 // (ext_proc) and `proxy` (package classify, docs/classification.md). With no rules the
 // stage is off and costs nothing.
@@ -46,7 +51,27 @@ type ClassifyRule struct {
 	// Workers restricts the pick to these workers, by "ip:port" address (intersected with
 	// a Gateway API Inference Extension subset hint when Envoy sends one): a pool.
 	Workers []string `mapstructure:"workers" json:"workers,omitempty"`
+	// Model rewrites the request's "model" field to this served model name (a cheap
+	// model for simple requests): the body sent upstream carries it and the pick is made
+	// among its workers. With a models list it must be one of them.
+	Model string `mapstructure:"model" json:"model,omitempty"`
 	// Tag sets the upstream header x-kvroute-classification: "rule=NAME; label=LABEL"
 	// (with Envoy in front and extproc.clear_route_cache, a route may match on it).
 	Tag bool `mapstructure:"tag" json:"tag,omitempty"`
+}
+
+// validate checks what needs the rest of the configuration: a rule's model rewrite
+// names a configured model when models are listed. The rules themselves are compiled
+// at start-up by classify.Compile.
+func (c Classify) validate(models []Model) error {
+	var names []string
+	for _, m := range models {
+		names = append(names, m.Name)
+	}
+	for i, r := range c.Rules {
+		if r.Model != "" && len(names) > 0 && !slices.Contains(names, r.Model) {
+			return fieldErr(fmt.Sprintf("classify.rules[%d].model", i), "rule %q rewrites to model %q, which is not one of models %v", r.Name, r.Model, names)
+		}
+	}
+	return nil
 }

@@ -88,6 +88,7 @@ func (c *Config) Validate() error {
 	add(c.Admission.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))
 	add(c.Peers.validate(c.Index))
+	add(c.Classify.validate(c.Models))
 	return errors.Join(errs...)
 }
 

@@ -93,6 +93,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"duplicate worker", "workers: [{address: '127.0.0.1:1'}, {address: '127.0.0.1:1'}]\n", nil, "workers[1].name"},
 		{"bad list env", "", map[string]string{"KVROUTE_WORKERS": "[{"}, "workers"},
 		{"bad policy", "", map[string]string{"KVROUTE_SCORING_POLICY": "best-effort"}, "scoring.policy"},
+		{"rewrite to an unknown model", "models: [{name: big}, {name: small}]\nclassify: {rules: [{name: cheap, regex: x, model: tiny}]}\n", nil,
+			`classify.rules[0].model: rule "cheap" rewrites to model "tiny", which is not one of models [big small]`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

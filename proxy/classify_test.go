@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
+	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scoring/scoringtest"
 	"github.com/kvroute/kvroute/workers"
@@ -105,5 +108,72 @@ func TestProxyClassifyStage(t *testing.T) {
 		if v := testutil.ToFloat64(ms.Classify.Decisions.WithLabelValues(c.rule, "none", c.action)); v != c.n {
 			t.Errorf("decisions{rule=%s,action=%s} = %v, want %v", c.rule, c.action, v, c.n)
 		}
+	}
+}
+
+// A model rule through the real proxy: the worker of the rewritten model gets the
+// request, with the rewritten model in the body it reads (the rest as sent, include_usage
+// injected as usual); other requests keep their model and worker; the rewrite is counted.
+func TestProxyClassifyModelRewrite(t *testing.T) {
+	type got struct{ worker, model, body string }
+	var mu sync.Mutex
+	var seen []got
+	worker := func(name string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			req, err := request.Parse(request.APIChat, b)
+			if err != nil {
+				t.Errorf("worker %s: %v", name, err)
+				return
+			}
+			mu.Lock()
+			seen = append(seen, got{name, req.Model, string(b)})
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			sseWorker().ServeHTTP(w, r)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	big, small := worker("big"), worker("small")
+	reg := workers.NewRegistry()
+	reg.Set([]*workers.Worker{{Name: "big", Address: strings.TrimPrefix(big.URL, "http://"), Models: []string{"big"}},
+		{Name: "small", Address: strings.TrimPrefix(small.URL, "http://"), Models: []string{"small"}}})
+	ms := metrics.NewUnregistered()
+	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "big"}, {Name: "small"}}, Metrics: ms, Policy: scoringtest.Busy{}})
+	rs, err := classify.Compile([]classify.RuleSpec{{Name: "greetings", Regex: `(?i)^(hi|hello)\b`, Model: "small", Tag: true}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Count(ms.Classify)
+	pc := config.Default().Proxy
+	pc.InjectIncludeUsage = true
+	ps := httptest.NewServer(New(Options{Router: r, Config: config.Default().ExtProc, Metrics: ms, Classify: rs, Proxy: pc}))
+	t.Cleanup(ps.Close)
+	for _, text := range []string{"hello, how are you", "prove the Riemann hypothesis"} {
+		body := `{"model":"big","messages":[{"role":"user","content":"` + text + `"}],"stream":true,"temperature":0.50}`
+		if resp, b := admPost(t, ps.URL+"/v1/chat/completions", body, nil); resp.StatusCode != 200 {
+			t.Fatalf("%q: %d %s", text, resp.StatusCode, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []got{
+		{"small", "small", `{"model":"small","messages":[{"role":"user","content":"hello, how are you"}],"stream":true,"temperature":0.50,"stream_options":{"include_usage":true}}`},
+		{"big", "big", `{"model":"big","messages":[{"role":"user","content":"prove the Riemann hypothesis"}],"stream":true,"temperature":0.50,"stream_options":{"include_usage":true}}`},
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("workers saw %+v, want %+v", seen, want)
+	}
+	for i := range want {
+		if seen[i] != want[i] {
+			t.Errorf("request %d: %+v, want %+v", i, seen[i], want[i])
+		}
+	}
+	if v := testutil.ToFloat64(ms.Classify.Rewrites.WithLabelValues("greetings", "applied")); v != 1 {
+		t.Errorf("rewrites{applied} = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(ms.Classify.Decisions.WithLabelValues("greetings", "none", "model")); v != 1 {
+		t.Errorf("decisions{action=model} = %v, want 1", v)
 	}
 }
