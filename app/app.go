@@ -172,8 +172,10 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 	return a, nil
 }
 
-// newClassify loads classify.model and compiles classify.rules (nil, nil with no rules:
-// the stage is off). A missing or unreadable model, or an invalid rule, fails start-up.
+// newClassify loads classify.model, makes the classify.remote client and compiles
+// classify.rules (nil, nil with no rules: the stage is off). A missing or unreadable
+// model, or an invalid rule, fails start-up; the remote is not called until a request
+// needs it.
 func newClassify(cfg *config.Config, ms *metrics.Set) (*classify.Rules, error) {
 	if len(cfg.Classify.Rules) == 0 {
 		return nil, nil
@@ -186,11 +188,25 @@ func newClassify(cfg *config.Config, ms *metrics.Set) (*classify.Rules, error) {
 		}
 		model = m
 	}
+	var remote *classify.Remote
+	if rc := cfg.Classify.Remote; rc.URL != "" {
+		cache := rc.CacheSize
+		if cache == 0 {
+			cache = -1 // none
+		}
+		r, err := classify.NewRemote(classify.RemoteOptions{URL: rc.URL, Model: rc.Model, Timeout: rc.Timeout,
+			MaxConcurrent: rc.MaxConcurrency, CacheEntries: cache, MaxInputBytes: rc.MaxInputBytes})
+		if err != nil {
+			return nil, fmt.Errorf("classify.remote: %w", err)
+		}
+		r.Count(ms.Classify)
+		remote = r
+	}
 	var classes []string
 	for _, c := range cfg.Admission.Classes {
 		classes = append(classes, c.Name)
 	}
-	rs, err := classify.Compile(cfg.Classify.Rules, model, classes)
+	rs, err := classify.CompileWith(cfg.Classify.Rules, classify.Classifiers{Model: model, Remote: remote}, classes)
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,14 @@ classify:
 	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), "admission.classes") {
 		t.Fatalf("unknown class: %v", err)
 	}
+	cfg.Classify.Rules = []config.ClassifyRule{{Name: "guard", RemoteLabels: []string{"jailbreak"}, RemoteFail: "closed", Refuse: true}}
+	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), "classify.remote.url") {
+		t.Fatalf("remote labels without a remote: %v", err)
+	}
+	cfg.Classify.Remote.URL, cfg.Classify.Remote.Model = "http://127.0.0.1:1/classify", "clf" // not called at start-up
+	if rs, err := newClassify(&cfg, metrics.NewUnregistered()); err != nil || rs == nil {
+		t.Fatalf("with a remote: %v", err)
+	}
 }
 
 // examples/kvroute-classify.yaml loads the committed example model and its rules compile

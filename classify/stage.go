@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -33,6 +34,7 @@ type rule struct {
 type Rules struct {
 	rules     []rule
 	model     *Linear // nil: no rule may use Labels
+	remote    *Remote // nil: no rule may use RemoteLabels
 	needLabel bool
 	needPII   bool
 	decisions *prometheus.CounterVec // rule, label, action; nil: not counted
@@ -57,12 +59,26 @@ func (rs *Rules) count(d Decision) Decision {
 	return d
 }
 
-// Compile validates specs against the model (nil when none is loaded) and the admission
-// class names (classes; "default" is always one): a rule needs a name (unique), at least
-// one match field and one action; Labels must exist in the model; PII types must be
-// known; Regex must compile; Class must be a class. Errors name the rule.
+// Classifiers are the classifiers rules may match on besides the request itself; a nil
+// one is not configured.
+type Classifiers struct {
+	Model  *Linear // Labels
+	Remote *Remote // RemoteLabels
+}
+
+// Compile is CompileWith with only a linear model (nil when none is loaded).
 func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) {
-	rs := &Rules{model: model}
+	return CompileWith(specs, Classifiers{Model: model}, classes)
+}
+
+// CompileWith validates specs against the classifiers and the admission class names
+// (classes; "default" is always one): a rule needs a name (unique), at least one match
+// field and one action; Labels must exist in the model, RemoteLabels need a remote;
+// PII types must be known; Regex must compile; Class must be a class. Errors name the
+// rule.
+func CompileWith(specs []RuleSpec, c Classifiers, classes []string) (*Rules, error) {
+	model := c.Model
+	rs := &Rules{model: model, remote: c.Remote}
 	seen := map[string]bool{}
 	for i, s := range specs {
 		name := s.Name
@@ -78,8 +94,20 @@ func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) 
 			return fmt.Errorf("classify rule %q: %s", name, fmt.Sprintf(format, a...))
 		}
 		if len(s.Labels) == 0 && len(s.PII) == 0 && len(s.Paths) == 0 && len(s.Models) == 0 &&
-			len(s.Tenants) == 0 && s.Header == "" && s.Regex == "" {
-			return nil, fail("no match field (labels, pii, paths, models, tenants, header, regex)")
+			len(s.Tenants) == 0 && s.Header == "" && s.Regex == "" && len(s.RemoteLabels) == 0 {
+			return nil, fail("no match field (labels, remote_labels, pii, paths, models, tenants, header, regex)")
+		}
+		if len(s.RemoteLabels) > 0 && c.Remote == nil {
+			return nil, fail("remote_labels need classify.remote.url")
+		}
+		switch s.RemoteFail {
+		case "", "open":
+		case "closed":
+			if len(s.RemoteLabels) == 0 {
+				return nil, fail("remote_fail needs remote_labels")
+			}
+		default:
+			return nil, fail("remote_fail %q, want open or closed", s.RemoteFail)
 		}
 		if !s.Refuse && s.Class == "" && len(s.Workers) == 0 && s.Model == "" && !s.Tag {
 			return nil, fail("no action (refuse, class, workers, model, tag)")
@@ -147,28 +175,37 @@ type Input struct {
 	Tenant string
 	Header func(name string) string // nil: no headers
 	Req    *request.Request
+	Ctx    context.Context // bounds a remote classifier's call; nil: none but its timeout
 }
 
 // Decision is the outcome of Rules.Decide. Rule is "" when no rule matched (then
-// nothing else is set but Label and Confidence, when the model ran). A front answers a
-// Refuse with 403 permission_error in the request's API shape (front.ErrorReply).
+// nothing else is set but the labels and confidences of the classifiers that ran). A
+// front answers a Refuse with 403 permission_error in the request's API shape, and
+// Unavailable (a remote_fail closed rule whose remote classifier did not answer) with
+// 503 (front.ErrorReply).
 type Decision struct {
 	Rule       string
-	Label      string
+	Label      string // the linear model's
 	Confidence float64
-	Refuse     bool
-	Class      string
-	Workers    []string    // "ip:port": restrict the pick to them
-	Model      string      // rewrite the request's model to this (Rules.Rewrite)
-	Header     [][2]string // upstream headers to set
+	// RemoteLabel and RemoteConfidence are the remote classifier's, when it answered.
+	RemoteLabel      string
+	RemoteConfidence float64
+	Unavailable      bool
+	Refuse           bool
+	Class            string
+	Workers          []string    // "ip:port": restrict the pick to them
+	Model            string      // rewrite the request's model to this (Rules.Rewrite)
+	Header           [][2]string // upstream headers to set
 }
 
-// Action names the decision for a bounded metric label: "none", "refuse", "class",
-// "workers", "model" or "tag" (the first that applies).
+// Action names the decision for a bounded metric label: "none", "unavailable",
+// "refuse", "class", "workers", "model" or "tag" (the first that applies).
 func (d Decision) Action() string {
 	switch {
 	case d.Rule == "":
 		return "none"
+	case d.Unavailable:
+		return "unavailable"
 	case d.Refuse:
 		return "refuse"
 	case d.Class != "":
@@ -188,9 +225,12 @@ func (rs *Rules) Decide(in Input) Decision {
 	var d Decision
 	last, system := lastUser(in.Req), systemText(in.Req)
 	type textFacts struct {
-		done bool
-		pred Prediction
-		pii  []Span
+		done       bool
+		pred       Prediction
+		pii        []Span
+		remoteDone bool
+		remote     Prediction
+		remoteErr  error
 	}
 	var facts [3]textFacts // last_user, system, both
 	textOf := func(over string) (string, *textFacts) {
@@ -244,12 +284,35 @@ func (rs *Rules) Decide(in Input) Decision {
 		if r.re != nil && !r.re.MatchString(t) {
 			continue
 		}
+		if len(r.RemoteLabels) > 0 { // last: the costliest, a call
+			if !f.remoteDone {
+				f.remoteDone = true
+				ctx := in.Ctx
+				if ctx == nil {
+					ctx = context.Background()
+				}
+				f.remote, f.remoteErr = rs.remote.lookup(ctx, t)
+			}
+			if f.remoteErr != nil {
+				if r.RemoteFail == "closed" {
+					return rs.count(Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence, Unavailable: true})
+				}
+				continue // open: an unavailable remote gives no label
+			}
+			if !slices.Contains(r.RemoteLabels, f.remote.Label) || f.remote.Confidence < r.MinConfidence {
+				continue
+			}
+		}
 		d = Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence,
+			RemoteLabel: f.remote.Label, RemoteConfidence: f.remote.Confidence,
 			Refuse: r.Refuse, Class: r.Class, Workers: r.Workers, Model: r.Model}
 		if r.Tag {
 			v := "rule=" + r.Name
 			if d.Label != "" {
 				v += "; label=" + d.Label
+			}
+			if len(r.RemoteLabels) > 0 {
+				v += "; remote_label=" + d.RemoteLabel
 			}
 			d.Header = append(d.Header, [2]string{TagHeader, v})
 		}
@@ -259,6 +322,7 @@ func (rs *Rules) Decide(in Input) Decision {
 		_, f := get("")
 		d.Label, d.Confidence = f.pred.Label, f.pred.Confidence
 	}
+	d.RemoteLabel, d.RemoteConfidence = facts[0].remote.Label, facts[0].remote.Confidence
 	return rs.count(d)
 }
 

@@ -61,6 +61,7 @@ func Default() Config {
 		Admission: defaultAdmission(),
 		Tracing:   defaultTracing(),
 		Peers:     defaultPeers(),
+		Classify:  defaultClassify(),
 	}
 }
 

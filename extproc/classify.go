@@ -17,7 +17,7 @@ import (
 // elsewhere it is skipped and counted so (Rules.Rewrite).
 func (st *stream) classify(req *request.Request, body []byte, complete bool, how release) ([]byte, error) {
 	rs := st.s.opt.Classify
-	cd, err := front.Classify(rs, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req})
+	cd, err := front.Classify(rs, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req, Ctx: st.ctx})
 	if err != nil {
 		return body, err
 	}

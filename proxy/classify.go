@@ -18,7 +18,7 @@ func (h *handler) classify(route *tracing.Route, r *http.Request, tenant string,
 	if rs == nil { // off: nothing built, nothing run
 		return classify.Decision{}, body, nil
 	}
-	cd, err := front.Classify(rs, route, classify.Input{Path: r.URL.Path, Tenant: tenant, Header: r.Header.Get, Req: req})
+	cd, err := front.Classify(rs, route, classify.Input{Path: r.URL.Path, Tenant: tenant, Header: r.Header.Get, Req: req, Ctx: r.Context()})
 	if err != nil {
 		return cd, body, err
 	}
