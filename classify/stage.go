@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,8 +34,9 @@ type rule struct {
 // Rules is a compiled, validated rule list: read-only, safe for concurrent use.
 type Rules struct {
 	rules     []rule
-	model     *Linear // nil: no rule may use Labels
-	remote    *Remote // nil: no rule may use RemoteLabels
+	model     atomic.Pointer[Linear] // nil: no rule may use Labels; replaced by SetModel
+	labels    []string               // the model labels rules use (SetModel keeps them)
+	remote    *Remote                // nil: no rule may use RemoteLabels
 	needLabel bool
 	needPII   bool
 	decisions *prometheus.CounterVec // rule, label, action; nil: not counted
@@ -78,7 +80,8 @@ func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) 
 // rule.
 func CompileWith(specs []RuleSpec, c Classifiers, classes []string) (*Rules, error) {
 	model := c.Model
-	rs := &Rules{model: model, remote: c.Remote}
+	rs := &Rules{remote: c.Remote}
+	rs.model.Store(model)
 	seen := map[string]bool{}
 	for i, s := range specs {
 		name := s.Name
@@ -139,6 +142,9 @@ func CompileWith(specs []RuleSpec, c Classifiers, classes []string) (*Rules, err
 				if !slices.Contains(model.Labels, l) {
 					return nil, fail("label %q is not one of the model's %v", l, model.Labels)
 				}
+				if !slices.Contains(rs.labels, l) {
+					rs.labels = append(rs.labels, l)
+				}
 			}
 			rs.needLabel = true
 		}
@@ -168,6 +174,29 @@ func CompileWith(specs []RuleSpec, c Classifiers, classes []string) (*Rules, err
 	}
 	return rs, nil
 }
+
+// SetModel replaces the linear model the rules read (a reload), for the decisions that
+// start after it; m must have every label a rule matches on, else the model in use is
+// kept and the error names the missing labels.
+func (rs *Rules) SetModel(m *Linear) error {
+	if m == nil {
+		return fmt.Errorf("classify: no model")
+	}
+	var missing []string
+	for _, l := range rs.labels {
+		if !slices.Contains(m.Labels, l) {
+			missing = append(missing, l)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("classify: the model lacks labels %v that rules match on", missing)
+	}
+	rs.model.Store(m)
+	return nil
+}
+
+// Model is the linear model in use (nil: none).
+func (rs *Rules) Model() *Linear { return rs.model.Load() }
 
 // Input is what a front knows about a request at the classify stage.
 type Input struct {
@@ -223,6 +252,7 @@ func (d Decision) Action() string {
 // rule's regex.
 func (rs *Rules) Decide(in Input) Decision {
 	var d Decision
+	model := rs.model.Load() // one model for the whole decision, whatever SetModel does meanwhile
 	last, system := lastUser(in.Req), systemText(in.Req)
 	type textFacts struct {
 		done       bool
@@ -249,8 +279,8 @@ func (rs *Rules) Decide(in Input) Decision {
 		t, f := textOf(over)
 		if !f.done {
 			f.done = true
-			if rs.needLabel && rs.model != nil {
-				f.pred = rs.model.Predict(t)
+			if rs.needLabel && model != nil {
+				f.pred = model.Predict(t)
 			}
 			if rs.needPII {
 				f.pii = FindPII(nil, t)

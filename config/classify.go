@@ -12,8 +12,12 @@ import (
 // stage is off and costs nothing.
 type Classify struct {
 	// Model is a linear model file written by `kvroute classify train`; "" none (rules
-	// may not then match on labels). Loaded once at start-up.
+	// may not then match on labels). Loaded at start-up, reloaded on change.
 	Model string `mapstructure:"model"`
+	// ReloadInterval is how often the model file's modification time and size are
+	// checked; a changed file is loaded and replaces the model unless it is bad (the
+	// model in use is then kept). 0: never reloaded.
+	ReloadInterval time.Duration `mapstructure:"reload_interval"`
 	// Remote is an HTTP classifier that rules may match on (remote_labels).
 	Remote ClassifyRemote `mapstructure:"remote"`
 	// Rules are tried in order; the first that matches decides.
@@ -39,7 +43,7 @@ type ClassifyRemote struct {
 }
 
 func defaultClassify() Classify {
-	return Classify{Remote: ClassifyRemote{Timeout: 50 * time.Millisecond, MaxConcurrency: 16, CacheSize: 10000, MaxInputBytes: 8 << 10}}
+	return Classify{ReloadInterval: 30 * time.Second, Remote: ClassifyRemote{Timeout: 50 * time.Millisecond, MaxConcurrency: 16, CacheSize: 10000, MaxInputBytes: 8 << 10}}
 }
 
 // ClassifyRule is one classification rule. Every match field that is set must hold (an
@@ -97,6 +101,9 @@ type ClassifyRule struct {
 // names a configured model when models are listed. The rules themselves are compiled
 // at start-up by classify.Compile.
 func (c Classify) validate(models []Model) error {
+	if c.ReloadInterval < 0 {
+		return fieldErr("classify.reload_interval", "must be ≥ 0 (0: off), got %s", c.ReloadInterval)
+	}
 	if r := c.Remote; r.URL != "" {
 		u, err := url.Parse(r.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

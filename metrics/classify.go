@@ -12,6 +12,7 @@ type Classify struct {
 	Rewrites  *prometheus.CounterVec // rule, outcome (applied, skipped): model rewrites
 	// RemoteRequests: answers of the remote classifier, by outcome (ok, cached, timeout, error)
 	RemoteRequests *prometheus.CounterVec
+	ModelReloads   *prometheus.CounterVec // outcome (ok, error, rejected): classify.model reloads
 }
 
 func newClassify(reg prometheus.Registerer) *Classify {
@@ -25,6 +26,9 @@ func newClassify(reg prometheus.Registerer) *Classify {
 			[]string{"rule", "outcome"})),
 		RemoteRequests: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
 			Name: "remote_requests_total", Help: "Texts given to the remote classifier (classify.remote), by outcome: ok (a call answered), cached (answered from the cache, no call), timeout (the call or the wait for a slot ran past classify.remote.timeout) or error (a failed call: status, reply, connection)."},
+			[]string{"outcome"})),
+		ModelReloads: must(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub,
+			Name: "model_reloads_total", Help: "Reloads of classify.model after the file changed (classify.reload_interval), by outcome: ok (in use from the next request), error (the file did not load) or rejected (it lacks a label a rule matches on); on error and rejected the model in use is kept."},
 			[]string{"outcome"})),
 	}
 }
