@@ -250,7 +250,13 @@ func (d Decision) Action() string {
 // Decide runs the model and the recognizers only when a rule needs them, once each per
 // text, then the rules in order. Cost: the model's window, FindPII over the text, each
 // rule's regex.
-func (rs *Rules) Decide(in Input) Decision {
+func (rs *Rules) Decide(in Input) Decision { return rs.count(rs.decide(in)) }
+
+// Explain is Decide without counting the decision, for /debug/explain (a remote
+// classifier a rule needs is still called, and its answer counted, as for a request).
+func (rs *Rules) Explain(in Input) Decision { return rs.decide(in) }
+
+func (rs *Rules) decide(in Input) Decision {
 	var d Decision
 	model := rs.model.Load() // one model for the whole decision, whatever SetModel does meanwhile
 	last, system := lastUser(in.Req), systemText(in.Req)
@@ -325,7 +331,7 @@ func (rs *Rules) Decide(in Input) Decision {
 			}
 			if f.remoteErr != nil {
 				if r.RemoteFail == "closed" {
-					return rs.count(Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence, Unavailable: true})
+					return Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence, Unavailable: true}
 				}
 				continue // open: an unavailable remote gives no label
 			}
@@ -346,14 +352,14 @@ func (rs *Rules) Decide(in Input) Decision {
 			}
 			d.Header = append(d.Header, [2]string{TagHeader, v})
 		}
-		return rs.count(d)
+		return d
 	}
 	if rs.needLabel {
 		_, f := get("")
 		d.Label, d.Confidence = f.pred.Label, f.pred.Confidence
 	}
 	d.RemoteLabel, d.RemoteConfidence = facts[0].remote.Label, facts[0].remote.Confidence
-	return rs.count(d)
+	return d
 }
 
 func piiMatch(r *rule, spans []Span) bool {
