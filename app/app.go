@@ -59,6 +59,8 @@ type App struct {
 	Admission *admission.Admitter
 	// Classify is the classify stage; nil when classify.rules is empty (off).
 	Classify *classify.Rules
+	// classifyModel reloads classify.model into Classify (nil: no model or no rules).
+	classifyModel *classify.ModelWatcher
 
 	ready       chan struct{}
 	explainSem  chan struct{} // bounds concurrent /debug/explain (server.admin_explain_concurrency)
@@ -166,36 +168,57 @@ func New(cfg *config.Config, logger *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.Router.OnCapacity(a.Admission.Wake) // the queue dispatches when capacity frees
-	if a.Classify, err = newClassify(cfg, ms); err != nil {
+	if a.Classify, a.classifyModel, err = newClassify(cfg, ms, logger); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// newClassify loads classify.model and compiles classify.rules (nil, nil with no rules:
-// the stage is off). A missing or unreadable model, or an invalid rule, fails start-up.
-func newClassify(cfg *config.Config, ms *metrics.Set) (*classify.Rules, error) {
+// newClassify loads classify.model (with the watcher that reloads it), makes the
+// classify.remote client and compiles classify.rules (all nil with no rules: the stage
+// is off). A missing or unreadable
+// model, or an invalid rule, fails start-up; the remote is not called until a request
+// needs it.
+func newClassify(cfg *config.Config, ms *metrics.Set, logger *slog.Logger) (*classify.Rules, *classify.ModelWatcher, error) {
 	if len(cfg.Classify.Rules) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var model *classify.Linear
+	var watch *classify.ModelWatcher
 	if cfg.Classify.Model != "" {
-		m, err := classify.Load(cfg.Classify.Model)
+		m, w, err := classify.LoadWatched(cfg.Classify.Model, ms.Classify, logger)
 		if err != nil {
-			return nil, fmt.Errorf("classify.model: %w", err)
+			return nil, nil, fmt.Errorf("classify.model: %w", err)
 		}
-		model = m
+		model, watch = m, w
+	}
+	var remote *classify.Remote
+	if rc := cfg.Classify.Remote; rc.URL != "" {
+		cache := rc.CacheSize
+		if cache == 0 {
+			cache = -1 // none
+		}
+		r, err := classify.NewRemote(classify.RemoteOptions{URL: rc.URL, Model: rc.Model, Timeout: rc.Timeout,
+			MaxConcurrent: rc.MaxConcurrency, CacheEntries: cache, MaxInputBytes: rc.MaxInputBytes})
+		if err != nil {
+			return nil, nil, fmt.Errorf("classify.remote: %w", err)
+		}
+		r.Count(ms.Classify)
+		remote = r
 	}
 	var classes []string
 	for _, c := range cfg.Admission.Classes {
 		classes = append(classes, c.Name)
 	}
-	rs, err := classify.Compile(cfg.Classify.Rules, model, classes)
+	rs, err := classify.CompileWith(cfg.Classify.Rules, classify.Classifiers{Model: model, Remote: remote}, classes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rs.Count(ms.Classify)
-	return rs, nil
+	if watch != nil {
+		watch.Watch(rs)
+	}
+	return rs, watch, nil
 }
 
 func newPolicy(cfg *config.Config, ms *metrics.Set, logger *slog.Logger) (scoring.Policy, error) {
@@ -307,6 +330,9 @@ func (a *App) Run(ctx context.Context, l Listeners) error {
 		}()
 	}
 	goRun(func() error { a.Router.Run(ctx); return nil })
+	if a.classifyModel != nil && a.Config.Classify.ReloadInterval > 0 {
+		goRun(func() error { a.classifyModel.Run(ctx, a.Config.Classify.ReloadInterval); return nil })
+	}
 	goRun(func() error { return a.KVEvents.Run(ctx) })
 	// Worker discovery (discovery.mode ≠ static): the source keeps the registry equal to
 	// static ∪ discovered; the router, index and subscriptions follow its listeners.

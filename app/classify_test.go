@@ -33,15 +33,15 @@ classify:
 	}
 
 	cfg := config.Default()
-	if rs, err := newClassify(&cfg, metrics.NewUnregistered()); rs != nil || err != nil {
+	if rs, _, err := newClassify(&cfg, metrics.NewUnregistered(), nil); rs != nil || err != nil {
 		t.Fatalf("no rules: %v %v, want the stage off", rs, err)
 	}
 	cfg.Classify.Rules = []config.ClassifyRule{{Name: "stem", Labels: []string{"math"}, Tag: true}}
-	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), `"stem"`) {
+	if _, _, err := newClassify(&cfg, metrics.NewUnregistered(), nil); err == nil || !strings.Contains(err.Error(), `"stem"`) {
 		t.Fatalf("labels without a model: %v", err)
 	}
 	cfg.Classify.Model = filepath.Join(dir, "missing.kvr")
-	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), "classify.model") {
+	if _, _, err := newClassify(&cfg, metrics.NewUnregistered(), nil); err == nil || !strings.Contains(err.Error(), "classify.model") {
 		t.Fatalf("missing model: %v", err)
 	}
 	rows, err := classify.ReadRows("../classify/testdata/labelled.jsonl")
@@ -57,13 +57,24 @@ classify:
 	if err := m.Save(cfg.Classify.Model); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := newClassify(&cfg, metrics.NewUnregistered())
-	if err != nil || rs == nil {
-		t.Fatalf("with a model: %v", err)
+	rs, watch, err := newClassify(&cfg, metrics.NewUnregistered(), nil)
+	if err != nil || rs == nil || watch == nil {
+		t.Fatalf("with a model: %v %v", err, watch)
+	}
+	if got := watch.Check(); got != "unchanged" {
+		t.Fatalf("the model file just loaded: %s", got)
 	}
 	cfg.Classify.Rules[0].Class = "gold"
-	if _, err := newClassify(&cfg, metrics.NewUnregistered()); err == nil || !strings.Contains(err.Error(), "admission.classes") {
+	if _, _, err := newClassify(&cfg, metrics.NewUnregistered(), nil); err == nil || !strings.Contains(err.Error(), "admission.classes") {
 		t.Fatalf("unknown class: %v", err)
+	}
+	cfg.Classify.Rules = []config.ClassifyRule{{Name: "guard", RemoteLabels: []string{"jailbreak"}, RemoteFail: "closed", Refuse: true}}
+	if _, _, err := newClassify(&cfg, metrics.NewUnregistered(), nil); err == nil || !strings.Contains(err.Error(), "classify.remote.url") {
+		t.Fatalf("remote labels without a remote: %v", err)
+	}
+	cfg.Classify.Remote.URL, cfg.Classify.Remote.Model = "http://127.0.0.1:1/classify", "clf" // not called at start-up
+	if rs, _, err := newClassify(&cfg, metrics.NewUnregistered(), nil); err != nil || rs == nil {
+		t.Fatalf("with a remote: %v", err)
 	}
 }
 
@@ -80,7 +91,7 @@ func TestClassifyExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := newClassify(cfg, metrics.NewUnregistered())
+	rs, _, err := newClassify(cfg, metrics.NewUnregistered(), nil)
 	if err != nil || rs == nil {
 		t.Fatalf("rules %v, %v", rs, err)
 	}

@@ -55,6 +55,9 @@ type ExplainResponse struct {
 	// Pair is the pair pick on a pool with prefill/decode roles (docs/pd.md); absent on
 	// an aggregated pool. Chosen is then its decode worker.
 	Pair *ExplainPair `json:"pair,omitempty"`
+	// Classify is the classify stage's decision (explain_classify.go); absent with the
+	// stage off. When it refuses, nothing else is explained (Reason says so).
+	Classify *ExplainClassify `json:"classify,omitempty"`
 }
 
 // ExplainPair is the prefill/decode pair the router would pick; durations in seconds.
@@ -127,6 +130,12 @@ func (a *App) debugExplain(w http.ResponseWriter, r *http.Request) {
 			opt.SLO = time.Duration(ms * float64(time.Millisecond))
 		}
 	}
+	cls, stop := a.explainClassify(r, path, req, &opt)
+	if stop {
+		writeJSON(w, http.StatusOK, ExplainResponse{Policy: a.Router.Policy().Name(), Model: req.Model, API: api,
+			Reason: "refused by classification rule " + cls.Rule, Workers: []ExplainWorker{}, Classify: cls})
+		return
+	}
 	ex, err := a.Router.Explain(ctx, req, opt)
 	if err != nil {
 		var re *router.Error
@@ -137,7 +146,9 @@ func (a *App) debugExplain(w http.ResponseWriter, r *http.Request) {
 		explainError(w, http.StatusInternalServerError, "internal_error", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, explainResponse(a.Router.Policy().Name(), api, ex))
+	out := explainResponse(a.Router.Policy().Name(), api, ex)
+	out.Classify = cls
+	writeJSON(w, http.StatusOK, out)
 }
 
 func explainResponse(policy string, api request.API, ex *router.Explanation) ExplainResponse {

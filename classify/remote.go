@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/metrics"
 )
 
 // Remote is a classifier served over HTTP in the shape of vLLM's pooling endpoint
@@ -34,6 +37,18 @@ type Remote struct {
 	calls  atomic.Int64
 	hits   atomic.Int64
 	errors atomic.Int64
+	counts *prometheus.CounterVec // outcome; nil: not counted
+}
+
+// Count makes Classify count every answer in m (kvroute_classify_remote_requests_total):
+// outcome ok (a call answered), cached (no call), timeout (the call, or the wait for a
+// slot, ran past Timeout) or error (anything else: a status, a bad reply, no connection).
+func (r *Remote) Count(m *metrics.Classify) { r.counts = m.RemoteRequests }
+
+func (r *Remote) count(outcome string) {
+	if r.counts != nil {
+		r.counts.WithLabelValues(outcome).Inc()
+	}
 }
 
 // RemoteOptions configure a Remote.
@@ -106,8 +121,21 @@ type remoteResponse struct {
 	} `json:"data"`
 }
 
-// Classify labels text: from the cache, else by one call.
+// Classify labels text: from the cache, else by one call. A failure is an empty
+// Prediction and no error, or with FailClosed the error wrapped in ErrRemote.
 func (r *Remote) Classify(ctx context.Context, text string) (Prediction, error) {
+	p, err := r.lookup(ctx, text)
+	if err != nil {
+		if r.opt.FailClosed {
+			return Prediction{}, fmt.Errorf("%w: %v", ErrRemote, err)
+		}
+		return Prediction{}, nil
+	}
+	return p, nil
+}
+
+// lookup is Classify with every failure returned (the classify stage decides per rule).
+func (r *Remote) lookup(ctx context.Context, text string) (Prediction, error) {
 	if len(text) > r.opt.MaxInputBytes {
 		text = text[:r.opt.MaxInputBytes]
 	}
@@ -118,17 +146,21 @@ func (r *Remote) Classify(ctx context.Context, text string) (Prediction, error) 
 		r.mu.Unlock()
 		if ok {
 			r.hits.Add(1)
+			r.count("cached")
 			return p, nil
 		}
 	}
 	p, err := r.call(ctx, text)
 	if err != nil {
 		r.errors.Add(1)
-		if r.opt.FailClosed {
-			return Prediction{}, fmt.Errorf("%w: %v", ErrRemote, err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			r.count("timeout")
+		} else {
+			r.count("error")
 		}
-		return Prediction{}, nil
+		return Prediction{}, err
 	}
+	r.count("ok")
 	if r.opt.CacheEntries > 0 {
 		r.mu.Lock()
 		if _, ok := r.cache[key]; !ok {

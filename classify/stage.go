@@ -1,11 +1,13 @@
 package classify
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,14 +34,18 @@ type rule struct {
 // Rules is a compiled, validated rule list: read-only, safe for concurrent use.
 type Rules struct {
 	rules     []rule
-	model     *Linear // nil: no rule may use Labels
+	model     atomic.Pointer[Linear] // nil: no rule may use Labels; replaced by SetModel
+	labels    []string               // the model labels rules use (SetModel keeps them)
+	remote    *Remote                // nil: no rule may use RemoteLabels
 	needLabel bool
 	needPII   bool
 	decisions *prometheus.CounterVec // rule, label, action; nil: not counted
+	rewrites  *prometheus.CounterVec // rule, outcome; nil: not counted
 }
 
-// Count makes Decide count every decision in m (kvroute_classify_decisions_total).
-func (rs *Rules) Count(m *metrics.Classify) { rs.decisions = m.Decisions }
+// Count makes Decide count every decision in m (kvroute_classify_decisions_total) and
+// Rewrite every model rewrite (kvroute_classify_rewrites_total).
+func (rs *Rules) Count(m *metrics.Classify) { rs.decisions, rs.rewrites = m.Decisions, m.Rewrites }
 
 func (rs *Rules) count(d Decision) Decision {
 	if rs.decisions != nil {
@@ -55,12 +61,27 @@ func (rs *Rules) count(d Decision) Decision {
 	return d
 }
 
-// Compile validates specs against the model (nil when none is loaded) and the admission
-// class names (classes; "default" is always one): a rule needs a name (unique), at least
-// one match field and one action; Labels must exist in the model; PII types must be
-// known; Regex must compile; Class must be a class. Errors name the rule.
+// Classifiers are the classifiers rules may match on besides the request itself; a nil
+// one is not configured.
+type Classifiers struct {
+	Model  *Linear // Labels
+	Remote *Remote // RemoteLabels
+}
+
+// Compile is CompileWith with only a linear model (nil when none is loaded).
 func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) {
-	rs := &Rules{model: model}
+	return CompileWith(specs, Classifiers{Model: model}, classes)
+}
+
+// CompileWith validates specs against the classifiers and the admission class names
+// (classes; "default" is always one): a rule needs a name (unique), at least one match
+// field and one action; Labels must exist in the model, RemoteLabels need a remote;
+// PII types must be known; Regex must compile; Class must be a class. Errors name the
+// rule.
+func CompileWith(specs []RuleSpec, c Classifiers, classes []string) (*Rules, error) {
+	model := c.Model
+	rs := &Rules{remote: c.Remote}
+	rs.model.Store(model)
 	seen := map[string]bool{}
 	for i, s := range specs {
 		name := s.Name
@@ -76,14 +97,26 @@ func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) 
 			return fmt.Errorf("classify rule %q: %s", name, fmt.Sprintf(format, a...))
 		}
 		if len(s.Labels) == 0 && len(s.PII) == 0 && len(s.Paths) == 0 && len(s.Models) == 0 &&
-			len(s.Tenants) == 0 && s.Header == "" && s.Regex == "" {
-			return nil, fail("no match field (labels, pii, paths, models, tenants, header, regex)")
+			len(s.Tenants) == 0 && s.Header == "" && s.Regex == "" && len(s.RemoteLabels) == 0 {
+			return nil, fail("no match field (labels, remote_labels, pii, paths, models, tenants, header, regex)")
 		}
-		if !s.Refuse && s.Class == "" && len(s.Workers) == 0 && !s.Tag {
-			return nil, fail("no action (refuse, class, workers, tag)")
+		if len(s.RemoteLabels) > 0 && c.Remote == nil {
+			return nil, fail("remote_labels need classify.remote.url")
 		}
-		if s.Refuse && (s.Class != "" || len(s.Workers) > 0) {
-			return nil, fail("refuse cannot be combined with class or workers")
+		switch s.RemoteFail {
+		case "", "open":
+		case "closed":
+			if len(s.RemoteLabels) == 0 {
+				return nil, fail("remote_fail needs remote_labels")
+			}
+		default:
+			return nil, fail("remote_fail %q, want open or closed", s.RemoteFail)
+		}
+		if !s.Refuse && s.Class == "" && len(s.Workers) == 0 && s.Model == "" && !s.Tag {
+			return nil, fail("no action (refuse, class, workers, model, tag)")
+		}
+		if s.Refuse && (s.Class != "" || len(s.Workers) > 0 || s.Model != "") {
+			return nil, fail("refuse cannot be combined with class, workers or model")
 		}
 		for _, w := range s.Workers {
 			if _, err := netip.ParseAddrPort(w); err != nil {
@@ -108,6 +141,9 @@ func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) 
 			for _, l := range s.Labels {
 				if !slices.Contains(model.Labels, l) {
 					return nil, fail("label %q is not one of the model's %v", l, model.Labels)
+				}
+				if !slices.Contains(rs.labels, l) {
+					rs.labels = append(rs.labels, l)
 				}
 			}
 			rs.needLabel = true
@@ -139,39 +175,74 @@ func Compile(specs []RuleSpec, model *Linear, classes []string) (*Rules, error) 
 	return rs, nil
 }
 
+// SetModel replaces the linear model the rules read (a reload), for the decisions that
+// start after it; m must have every label a rule matches on, else the model in use is
+// kept and the error names the missing labels.
+func (rs *Rules) SetModel(m *Linear) error {
+	if m == nil {
+		return fmt.Errorf("classify: no model")
+	}
+	var missing []string
+	for _, l := range rs.labels {
+		if !slices.Contains(m.Labels, l) {
+			missing = append(missing, l)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("classify: the model lacks labels %v that rules match on", missing)
+	}
+	rs.model.Store(m)
+	return nil
+}
+
+// Model is the linear model in use (nil: none).
+func (rs *Rules) Model() *Linear { return rs.model.Load() }
+
 // Input is what a front knows about a request at the classify stage.
 type Input struct {
 	Path   string
 	Tenant string
 	Header func(name string) string // nil: no headers
 	Req    *request.Request
+	Ctx    context.Context // bounds a remote classifier's call; nil: none but its timeout
 }
 
 // Decision is the outcome of Rules.Decide. Rule is "" when no rule matched (then
-// nothing else is set but Label and Confidence, when the model ran). A front answers a
-// Refuse with 403 permission_error in the request's API shape (front.ErrorReply).
+// nothing else is set but the labels and confidences of the classifiers that ran). A
+// front answers a Refuse with 403 permission_error in the request's API shape, and
+// Unavailable (a remote_fail closed rule whose remote classifier did not answer) with
+// 503 (front.ErrorReply).
 type Decision struct {
 	Rule       string
-	Label      string
+	Label      string // the linear model's
 	Confidence float64
-	Refuse     bool
-	Class      string
-	Workers    []string    // "ip:port": restrict the pick to them
-	Header     [][2]string // upstream headers to set
+	// RemoteLabel and RemoteConfidence are the remote classifier's, when it answered.
+	RemoteLabel      string
+	RemoteConfidence float64
+	Unavailable      bool
+	Refuse           bool
+	Class            string
+	Workers          []string    // "ip:port": restrict the pick to them
+	Model            string      // rewrite the request's model to this (Rules.Rewrite)
+	Header           [][2]string // upstream headers to set
 }
 
-// Action names the decision for a bounded metric label: "none", "refuse", "class",
-// "workers" or "tag" (the first that applies).
+// Action names the decision for a bounded metric label: "none", "unavailable",
+// "refuse", "class", "workers", "model" or "tag" (the first that applies).
 func (d Decision) Action() string {
 	switch {
 	case d.Rule == "":
 		return "none"
+	case d.Unavailable:
+		return "unavailable"
 	case d.Refuse:
 		return "refuse"
 	case d.Class != "":
 		return "class"
 	case len(d.Workers) > 0:
 		return "workers"
+	case d.Model != "":
+		return "model"
 	}
 	return "tag"
 }
@@ -179,13 +250,23 @@ func (d Decision) Action() string {
 // Decide runs the model and the recognizers only when a rule needs them, once each per
 // text, then the rules in order. Cost: the model's window, FindPII over the text, each
 // rule's regex.
-func (rs *Rules) Decide(in Input) Decision {
+func (rs *Rules) Decide(in Input) Decision { return rs.count(rs.decide(in)) }
+
+// Explain is Decide without counting the decision, for /debug/explain (a remote
+// classifier a rule needs is still called, and its answer counted, as for a request).
+func (rs *Rules) Explain(in Input) Decision { return rs.decide(in) }
+
+func (rs *Rules) decide(in Input) Decision {
 	var d Decision
+	model := rs.model.Load() // one model for the whole decision, whatever SetModel does meanwhile
 	last, system := lastUser(in.Req), systemText(in.Req)
 	type textFacts struct {
-		done bool
-		pred Prediction
-		pii  []Span
+		done       bool
+		pred       Prediction
+		pii        []Span
+		remoteDone bool
+		remote     Prediction
+		remoteErr  error
 	}
 	var facts [3]textFacts // last_user, system, both
 	textOf := func(over string) (string, *textFacts) {
@@ -204,8 +285,8 @@ func (rs *Rules) Decide(in Input) Decision {
 		t, f := textOf(over)
 		if !f.done {
 			f.done = true
-			if rs.needLabel && rs.model != nil {
-				f.pred = rs.model.Predict(t)
+			if rs.needLabel && model != nil {
+				f.pred = model.Predict(t)
 			}
 			if rs.needPII {
 				f.pii = FindPII(nil, t)
@@ -239,22 +320,46 @@ func (rs *Rules) Decide(in Input) Decision {
 		if r.re != nil && !r.re.MatchString(t) {
 			continue
 		}
+		if len(r.RemoteLabels) > 0 { // last: the costliest, a call
+			if !f.remoteDone {
+				f.remoteDone = true
+				ctx := in.Ctx
+				if ctx == nil {
+					ctx = context.Background()
+				}
+				f.remote, f.remoteErr = rs.remote.lookup(ctx, t)
+			}
+			if f.remoteErr != nil {
+				if r.RemoteFail == "closed" {
+					return Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence, Unavailable: true}
+				}
+				continue // open: an unavailable remote gives no label
+			}
+			if !slices.Contains(r.RemoteLabels, f.remote.Label) || f.remote.Confidence < r.MinConfidence {
+				continue
+			}
+		}
 		d = Decision{Rule: r.Name, Label: f.pred.Label, Confidence: f.pred.Confidence,
-			Refuse: r.Refuse, Class: r.Class, Workers: r.Workers}
+			RemoteLabel: f.remote.Label, RemoteConfidence: f.remote.Confidence,
+			Refuse: r.Refuse, Class: r.Class, Workers: r.Workers, Model: r.Model}
 		if r.Tag {
 			v := "rule=" + r.Name
 			if d.Label != "" {
 				v += "; label=" + d.Label
 			}
+			if len(r.RemoteLabels) > 0 {
+				v += "; remote_label=" + d.RemoteLabel
+			}
 			d.Header = append(d.Header, [2]string{TagHeader, v})
 		}
-		return rs.count(d)
+		return d
 	}
 	if rs.needLabel {
 		_, f := get("")
 		d.Label, d.Confidence = f.pred.Label, f.pred.Confidence
 	}
-	return rs.count(d)
+	d.RemoteLabel, d.RemoteConfidence = facts[0].remote.Label, facts[0].remote.Confidence
+	return d
 }
 
 func piiMatch(r *rule, spans []Span) bool {

@@ -36,6 +36,7 @@ func TestCompileRejectsBadRules(t *testing.T) {
 		"no match field":               {Name: "a", Tag: true},
 		"no action":                    {Name: "a", Labels: []string{"math"}},
 		"cannot be combined":           {Name: "a", Labels: []string{"math"}, Refuse: true, Class: "batch"},
+		"class, workers or model":      {Name: "a", Regex: "x", Refuse: true, Model: "small"},
 		"not an ip:port":               {Name: "a", Regex: "x", Workers: []string{"w1"}},
 		"not one of admission.classes": {Name: "a", Labels: []string{"math"}, Class: "gold"},
 		"not one of the model's":       {Name: "a", Labels: []string{"poetry"}, Tag: true},

@@ -61,6 +61,7 @@ func Default() Config {
 		Admission: defaultAdmission(),
 		Tracing:   defaultTracing(),
 		Peers:     defaultPeers(),
+		Classify:  defaultClassify(),
 	}
 }
 
@@ -88,6 +89,7 @@ func (c *Config) Validate() error {
 	add(c.Admission.validate())
 	add(validateBodyFitsGRPC(c.Server, c.ExtProc))
 	add(c.Peers.validate(c.Index))
+	add(c.Classify.validate(c.Models))
 	return errors.Join(errs...)
 }
 

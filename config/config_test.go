@@ -93,6 +93,11 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"duplicate worker", "workers: [{address: '127.0.0.1:1'}, {address: '127.0.0.1:1'}]\n", nil, "workers[1].name"},
 		{"bad list env", "", map[string]string{"KVROUTE_WORKERS": "[{"}, "workers"},
 		{"bad policy", "", map[string]string{"KVROUTE_SCORING_POLICY": "best-effort"}, "scoring.policy"},
+		{"rewrite to an unknown model", "models: [{name: big}, {name: small}]\nclassify: {rules: [{name: cheap, regex: x, model: tiny}]}\n", nil,
+			`classify.rules[0].model: rule "cheap" rewrites to model "tiny", which is not one of models [big small]`},
+		{"remote without a model", "classify: {remote: {url: 'http://10.0.0.9:8000/classify'}}\n", nil, "classify.remote.model: is required"},
+		{"remote url", "classify: {remote: {url: '10.0.0.9:8000', model: m}}\n", nil, "classify.remote.url: must be an http"},
+		{"remote timeout", "", map[string]string{"KVROUTE_CLASSIFY_REMOTE_TIMEOUT": "0s"}, "classify.remote.timeout: must be > 0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 
 	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/config"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/workers"
 )
 
 func classifyHarness(t *testing.T) *harness {
@@ -87,6 +90,71 @@ func TestExtProcClassifyStage(t *testing.T) {
 	}{{"secrets", "refuse", 2}, {"drafts", "tag", 1}, {"none", "none", 1}, {"reports", "class", 1}, {"stem", "workers", 4}} {
 		if v := testutil.ToFloat64(h.ms.Classify.Decisions.WithLabelValues(c.rule, "none", c.action)); v != c.n {
 			t.Errorf("decisions{rule=%s,action=%s} = %v, want %v", c.rule, c.action, v, c.n)
+		}
+	}
+}
+
+// A model rule through the ext_proc server: in BUFFERED and FULL_DUPLEX_STREAMED the
+// body sent upstream carries the rewritten model (with its content-length in BUFFERED)
+// and the pick is the rewritten model's worker; in BUFFERED_PARTIAL, where Envoy passes
+// the body on as it holds it, the rewrite is skipped (the model's own workers, no body
+// mutation) and counted so.
+func TestExtProcClassifyModelRewrite(t *testing.T) {
+	h := newHarness(t, func(_ *config.ExtProc, ro *router.Options) {
+		ro.Models = append(ro.Models, router.Model{Name: "small"})
+	})
+	h.reg.Set([]*workers.Worker{
+		{Name: "w1", Address: "10.0.0.1:8000", Models: []string{"m"}},
+		{Name: "w3", Address: "10.0.0.3:8000", Models: []string{"small"}},
+	})
+	rs, err := classify.Compile([]classify.RuleSpec{{Name: "greetings", Regex: `(?i)^hello`, Model: "small"}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Count(h.ms.Classify)
+	h.srv.opt.Classify = rs
+	const in = `{"model":"m","messages":[{"role":"user","content":"hello there"}],"n":1.0}`
+	const want = `{"model":"small","messages":[{"role":"user","content":"hello there"}],"n":1.0}`
+	dest := config.Default().ExtProc.DestinationHeader
+
+	s := h.open(t)
+	s.send(withPC(hdrs(false, post("/v1/chat/completions", "content-length", strconv.Itoa(len(in)))...), modeBuffered, modeStreamed))
+	s.recv()
+	s.send(body(in, true))
+	cr := s.recv().GetRequestBody().GetResponse()
+	if got := string(cr.GetBodyMutation().GetBody()); got != want {
+		t.Fatalf("BUFFERED body mutation %q, want %q", got, want)
+	}
+	if got := destOf(t, cr.GetHeaderMutation(), "content-length"); got != strconv.Itoa(len(want)) {
+		t.Fatalf("content-length %q, want %d", got, len(want))
+	}
+	if got := destOf(t, cr.GetHeaderMutation(), dest); got != "10.0.0.3:8000" {
+		t.Fatalf("BUFFERED destination %q, want small's worker 10.0.0.3:8000", got)
+	}
+
+	s = h.open(t)
+	s.send(withPC(hdrs(false, post("/v1/chat/completions")...), modeFullDuplex, modeStreamed), body(in, true))
+	if got := destOf(t, s.recv().GetRequestHeaders().GetResponse().GetHeaderMutation(), dest); got != "10.0.0.3:8000" {
+		t.Fatalf("FULL_DUPLEX destination %q, want 10.0.0.3:8000", got)
+	}
+	if sr := s.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(sr.GetBody()) != want || !sr.GetEndOfStream() {
+		t.Fatalf("FULL_DUPLEX streamed_response %q, want %q", sr.GetBody(), want)
+	}
+
+	s = h.open(t)
+	s.send(withPC(hdrs(false, post("/v1/chat/completions")...), modeBufferedPartial, modeStreamed))
+	s.recv()
+	s.send(body(in, true))
+	cr = s.recv().GetRequestBody().GetResponse()
+	if bm := cr.GetBodyMutation(); bm != nil {
+		t.Fatalf("BUFFERED_PARTIAL body mutated: %v", bm)
+	}
+	if got := destOf(t, cr.GetHeaderMutation(), dest); got != "10.0.0.1:8000" {
+		t.Fatalf("BUFFERED_PARTIAL destination %q, want m's worker 10.0.0.1:8000 (rewrite skipped)", got)
+	}
+	for outcome, n := range map[string]float64{"applied": 2, "skipped": 1} {
+		if v := testutil.ToFloat64(h.ms.Classify.Rewrites.WithLabelValues("greetings", outcome)); v != n {
+			t.Errorf("rewrites{outcome=%s} = %v, want %v", outcome, v, n)
 		}
 	}
 }

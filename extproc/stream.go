@@ -3,7 +3,6 @@ package extproc
 import (
 	"context"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvroute/kvroute/admission"
-	"github.com/kvroute/kvroute/classify"
 	"github.com/kvroute/kvroute/front"
 	"github.com/kvroute/kvroute/request"
 	"github.com/kvroute/kvroute/response"
@@ -379,17 +377,7 @@ func (st *stream) pickAndRelease(body []byte, complete bool, how release) error 
 		st.req = req
 		st.route.Set(tracing.Model(req.Model))
 		if st.s.opt.Classify != nil { // off: nothing built, nothing run
-			var cd classify.Decision
-			cd, err = front.Classify(st.s.opt.Classify, st.route, classify.Input{Path: st.path, Tenant: st.tenant.Tenant, Header: st.classIn.Header, Req: req})
-			st.classIn.Class, st.tags = cd.Class, cd.Header
-			if len(cd.Workers) > 0 { // a rule's pool, within the gateway's subset when it sent one
-				if st.hasSubset {
-					st.subset = slices.DeleteFunc(slices.Clone(st.subset), func(a string) bool { return !slices.Contains(cd.Workers, a) })
-				} else {
-					st.subset = cd.Workers
-				}
-				st.hasSubset = true
-			}
+			body, err = st.classify(req, body, complete, how) // classify.go
 		}
 	}
 	if err == nil {

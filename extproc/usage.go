@@ -51,7 +51,7 @@ func injectModes(req, rsp mode) bool {
 // x-prefiller-host-port and the decode worker's sidecar, may steer a KV transfer), then
 // with include_usage injected when the option is on, the response mode allows it and
 // the request qualifies (then st.stripUsage is set). st.bodyMutated says whether it
-// differs from body. In other modes body itself (clientKVParams refuses what cannot be
+// differs from the client's body (body itself may carry a classify rule's model). In other modes body itself (clientKVParams refuses what cannot be
 // stripped there).
 func (st *stream) upstreamBody(body []byte) []byte {
 	if !mutableRequest(st.reqMode) {
@@ -64,7 +64,7 @@ func (st *stream) upstreamBody(body []byte) []byte {
 	if st.s.opt.Config.InjectIncludeUsage && injectModes(st.reqMode, st.respMode) {
 		nb, st.stripUsage = request.WithIncludeUsage(nb, st.req)
 	}
-	st.bodyMutated = stripped || st.stripUsage
+	st.bodyMutated = st.bodyMutated || stripped || st.stripUsage // or a model rewrite (classify.go)
 	return nb
 }
 

@@ -281,13 +281,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opt.Proxy.InjectIncludeUsage {
 		body, stripUsage = request.WithIncludeUsage(body, req)
 	}
-	var cd classify.Decision
-	if h.opt.Classify != nil { // off: nothing built, nothing run
-		if cd, err = front.Classify(h.opt.Classify, route, classify.Input{Path: r.URL.Path, Tenant: id.Tenant, Header: r.Header.Get, Req: req}); err != nil {
-			route.Fail("request refused")
-			h.writeError(rec, api, err)
-			return
-		}
+	cd, body, err := h.classify(route, r, id.Tenant, req, body) // classify.go
+	if err != nil {
+		route.Fail("request refused")
+		h.writeError(rec, api, err)
+		return
 	}
 	po := router.PickOptions{RequestID: r.Header.Get("X-Request-Id"), SLO: h.slo(r)}
 	if len(cd.Workers) > 0 {
