@@ -27,7 +27,7 @@ import (
 	"github.com/kvroute/kvroute/config"
 	"github.com/kvroute/kvroute/metrics"
 	"github.com/kvroute/kvroute/router"
-	"github.com/kvroute/kvroute/workers"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // TestSoakTrust (make soak-trust, SOAK=2m; default 1h) drives mixed traffic through
@@ -68,12 +68,36 @@ func TestSoakTrust(t *testing.T) {
 		}
 	}
 
-	up := httptest.NewServer(sseWorker())
-	defer up.Close()
-	reg := workers.NewRegistry()
-	reg.Set([]*workers.Worker{{Name: "w", Address: strings.TrimPrefix(up.URL, "http://"), Models: []string{"m"}}})
+	fleet := newSoakFleet()
+	defer fleet.close()
 	ms := metrics.NewUnregistered()
-	r := router.New(router.Options{Registry: reg, Models: []router.Model{{Name: "m"}}, Metrics: ms})
+	// The default policy, built as the app builds it (app.newPolicy).
+	policy := func(ms *metrics.Set) scoring.Policy {
+		dc := config.Default()
+		o := dc.Scoring.Options()
+		o.Metrics = ms.Scoring
+		p, err := scoring.New(dc.Scoring.Policy, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	r := router.New(router.Options{Registry: fleet.reg, Models: []router.Model{{Name: "m"}}, Metrics: ms, Policy: policy(ms)})
+	// The peers exchange with a token, and one honest peer replica routing a twelfth
+	// of the traffic over the same workers (soak_peer_test.go).
+	pctx, pstop := context.WithCancel(context.Background())
+	defer pstop()
+	me := startSoakReplica(t, pctx, "under-test", r, ms)
+	ms2 := metrics.NewUnregistered()
+	r2 := router.New(router.Options{Registry: fleet.reg, Models: []router.Model{{Name: "m"}}, Metrics: ms2, Policy: policy(ms2)})
+	honest := startSoakReplica(t, pctx, "honest", r2, ms2)
+	me.dial(honest.addr)
+	honest.dial(me.addr)
+	for deadline := time.Now().Add(30 * time.Second); len(me.m.Snapshot().Peers) != 1 || len(honest.m.Snapshot().Peers) != 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replicas did not exchange summaries")
+		}
+	}
 	keys := apiKeyFile(t, "sk-a", "alpha")
 	c := config.Default().Admission
 	c.Identity, c.APIKeysFile, c.RequireTenant = []string{"api_key"}, keys, true
@@ -91,6 +115,9 @@ func TestSoakTrust(t *testing.T) {
 	upstream := &http.Transport{MaxIdleConnsPerHost: 256}
 	srv := httptest.NewServer(New(Options{Router: r, Config: ext, Metrics: ms, Admission: adm, BodyTimeout: 10 * time.Second, Transport: upstream}))
 	defer srv.Close()
+	upstream2 := &http.Transport{MaxIdleConnsPerHost: 64}
+	srv2 := httptest.NewServer(New(Options{Router: r2, Config: ext, Metrics: ms2, BodyTimeout: 10 * time.Second, Transport: upstream2}))
+	defer srv2.Close()
 
 	runtime.GC()
 	var m0 runtime.MemStats
@@ -113,6 +140,9 @@ func TestSoakTrust(t *testing.T) {
 			_ = rs.Process.Signal(syscall.SIGCONT)
 		}
 	}()
+	var attack soakAttack
+	attacked := make(chan struct{})
+	go func() { defer close(attacked); me.attack(ctx, &attack, fleet) }()
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -134,6 +164,8 @@ func TestSoakTrust(t *testing.T) {
 						fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-a\r\nContent-Length: 500\r\n\r\n{\"model\"")
 						c.Close()
 					}
+				case 11: // through the honest peer replica
+					soakPost(client, srv2.URL, `{"model":"m","stream":true,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, "", 0)
 				default:
 					soakPost(client, srv.URL, `{"model":"m","stream":true,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, "sk-a", 0)
 				}
@@ -141,6 +173,7 @@ func TestSoakTrust(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	<-attacked
 	_ = rs.Process.Signal(syscall.SIGCONT)
 	client.CloseIdleConnections()
 	// Leave the retry queue and the last leases time to drain (lease_ttl 3 s).
@@ -151,6 +184,12 @@ func TestSoakTrust(t *testing.T) {
 		}
 	}
 	time.Sleep(2 * c.Redis.LeaseTTL)
+	// Every hostile peer is gone: only the honest one's state is left, nothing in flight.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if len(me.m.Snapshot().Peers) == 1 && testutil.ToFloat64(ms.Peers.InboundBytes) == 0 {
+			break
+		}
+	}
 	rc, _ := net.Dial("tcp", raddr)
 	fmt.Fprintf(rc, "ZCARD soak:{alpha}:conc\r\n")
 	buf := make([]byte, 64)
@@ -165,14 +204,18 @@ func TestSoakTrust(t *testing.T) {
 	}
 	// Keep-alive pools are not leaks: close them before counting goroutines.
 	upstream.CloseIdleConnections()
+	upstream2.CloseIdleConnections()
 	srv.CloseClientConnections()
-	up.CloseClientConnections()
+	srv2.CloseClientConnections()
+	for _, s := range fleet.servers {
+		s.CloseClientConnections()
+	}
 	runtime.GC()
 	var m1 runtime.MemStats
 	runtime.ReadMemStats(&m1)
 	time.Sleep(time.Second)
 	g1 := runtime.NumGoroutine()
-	out, _ := json.Marshal(map[string]any{
+	report := map[string]any{
 		"duration": d.String(), "requests": sent.Load(), "redis_stalls": stalls.Load(),
 		"heap_bytes_before": m0.HeapAlloc, "heap_bytes_after": m1.HeapAlloc,
 		"goroutines_before": g0, "goroutines_after": g1,
@@ -183,10 +226,24 @@ func TestSoakTrust(t *testing.T) {
 		"aborted_no_reply":      testutil.ToFloat64(ms.ExtProc.ProxyRequests.WithLabelValues("error", "aborted")),
 		"backend_errors": map[string]float64{"reserve": testutil.ToFloat64(ms.Admission.BackendErrors.WithLabelValues("reserve")),
 			"settle": testutil.ToFloat64(ms.Admission.BackendErrors.WithLabelValues("settle")), "renew": testutil.ToFloat64(ms.Admission.BackendErrors.WithLabelValues("renew"))},
-	})
+	}
+	pr := me.report(fleet, &attack)
+	for k, v := range pr {
+		report[k] = v
+	}
+	out, _ := json.Marshal(report)
 	fmt.Println(string(out))
 	if held != 0 || inRedis != 0 || r.InFlight() != 0 {
 		t.Fatalf("leaked: %s", out)
+	}
+	if share := pr["attacked_share"].(float64); share <= 0 || share >= 1 {
+		t.Fatalf("attacked worker's share %v: starved or drawing everything", share)
+	}
+	if ib := testutil.ToFloat64(ms.Peers.InboundBytes); ib != 0 {
+		t.Fatalf("peers inbound bytes %v held when idle", ib)
+	}
+	if attack.forgedHeld.Load() != 0 {
+		t.Fatalf("a peer without the token held a peer state (%d samples)", attack.forgedHeld.Load())
 	}
 	if g1 > g0+20 {
 		t.Fatalf("goroutines %d → %d", g0, g1)
