@@ -306,7 +306,7 @@ func TestModelRowsPrunedAndChecked(t *testing.T) {
 
 // The committed example model (make classify-example) loads and reads a subject.
 func TestExampleModel(t *testing.T) {
-	m, err := Load("../examples/classify/mmlu-pro.kvr")
+	m, err := Load(exampleModelPath)
 	if err != nil {
 		t.Fatal(err)
 	}
