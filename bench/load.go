@@ -29,6 +29,13 @@ type LoadOptions struct {
 	BodyBytes   []int // approximate chat body size per point
 	Requests    int   // requests per target and point (at least 2 × concurrency)
 	Distinct    int   // distinct bodies per size, cycled (0: 16)
+	// NextTurn sends each conversation's next turn instead of repeating its body: every
+	// request to a conversation is the previous one plus the assistant's answer and a
+	// new user message (~1 KB of new text), the shape of an agent's next call. A point
+	// holds max(Distinct, concurrency) conversations; each target's warm-up sends every
+	// conversation's first turn, so the measured requests are all next turns of a
+	// conversation that target has seen.
+	NextTurn bool
 	// RouterCPU returns the router process's CPU seconds so far (/proc/PID/stat or its
 	// process_cpu_seconds_total); nil: not measured. Index by router target.
 	RouterCPU []func() (float64, error)
@@ -67,9 +74,21 @@ type SweepPoint struct {
 // alternating user/assistant turns of ~1 KB (the shape of an agent's context), made
 // distinct by variant from its first message on.
 func ChatBody(model string, n, variant int, seed uint64) []byte {
+	return newConversation(model, n, variant, seed, 0).body(0)
+}
+
+// conversation is one chat of about n bytes (ChatBody's shape) and `turns` next turns:
+// body(k) is the chat plus the first k (assistant answer, new user message) pairs, each
+// body a prefix of the next one's messages.
+type conversation struct {
+	head  []byte   // {"model":…,"messages":[ and the first messages
+	turns [][]byte // `,{assistant},{user}` per next turn
+}
+
+func newConversation(model string, n, variant int, seed uint64, turns int) *conversation {
 	rng := rand.New(rand.NewPCG(seed, uint64(variant)))
 	words := strings.Fields(loadWords)
-	turn := func(size int) string {
+	text := func(size int) string {
 		var b strings.Builder
 		for b.Len() < size {
 			b.WriteString(words[rng.IntN(len(words))])
@@ -77,23 +96,54 @@ func ChatBody(model string, n, variant int, seed uint64) []byte {
 		}
 		return b.String()
 	}
-	msgs := []map[string]string{{"role": "system", "content": fmt.Sprintf("Session %d. ", variant) + turn(min(n/4, 2048))}}
-	size := 200 + len(msgs[0]["content"])
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	msgs := []msg{{"system", fmt.Sprintf("Session %d. ", variant) + text(min(n/4, 2048))}}
+	size := 200 + len(msgs[0].Content)
 	for i := 0; size < n; i++ {
 		role := "user"
 		if i%2 == 1 {
 			role = "assistant"
 		}
-		c := turn(min(1024, max(n-size-40, 16)))
-		msgs = append(msgs, map[string]string{"role": role, "content": c})
+		c := text(min(1024, max(n-size-40, 16)))
+		msgs = append(msgs, msg{role, c})
 		size += len(c) + 40
 	}
-	if msgs[len(msgs)-1]["role"] != "user" {
-		msgs = append(msgs, map[string]string{"role": "user", "content": "Continue."})
+	if msgs[len(msgs)-1].Role != "user" {
+		msgs = append(msgs, msg{"user", "Continue."})
 	}
-	b, _ := json.Marshal(map[string]any{"model": model, "messages": msgs, "stream": true, "max_tokens": 2,
+	head, _ := json.Marshal(map[string]any{"model": model, "stream": true, "max_tokens": 2,
 		"stream_options": map[string]any{"include_usage": true}})
-	return b
+	head = append(head[:len(head)-1], `,"messages":[`...)
+	for i, m := range msgs {
+		if i > 0 {
+			head = append(head, ',')
+		}
+		b, _ := json.Marshal(m)
+		head = append(head, b...)
+	}
+	c := &conversation{head: head, turns: make([][]byte, turns)}
+	for k := range c.turns {
+		a, _ := json.Marshal(msg{"assistant", text(300)})
+		u, _ := json.Marshal(msg{"user", fmt.Sprintf("Step %d. ", k+1) + text(700)})
+		c.turns[k] = append(append(append([]byte{','}, a...), ','), u...)
+	}
+	return c
+}
+
+// body returns the conversation with its first k next turns.
+func (c *conversation) body(k int) []byte {
+	n := len(c.head) + 2
+	for _, t := range c.turns[:k] {
+		n += len(t)
+	}
+	b := append(make([]byte, 0, n), c.head...)
+	for _, t := range c.turns[:k] {
+		b = append(b, t...)
+	}
+	return append(b, "]}"...)
 }
 
 const loadWords = `the of and to in is that for it as with was on be by this are or from at an but not have which
@@ -119,24 +169,21 @@ func RunLoad(ctx context.Context, o LoadOptions) []SweepPoint {
 	}
 	var out []SweepPoint
 	for _, size := range o.BodyBytes {
-		bodies := make([][]byte, o.Distinct)
-		for i := range bodies {
-			bodies[i] = ChatBody(o.Model, size, i, o.Seed)
-		}
 		for _, c := range o.Concurrency {
 			n := max(o.Requests, 2*c)
-			pt := SweepPoint{BodyBytes: len(bodies[0]), Concurrency: c}
-			run(ctx, o, o.Direct, bodies, c, min(c, n)) // warm connections and caches
-			pt.Direct = run(ctx, o, o.Direct, bodies, c, n)
+			warm, body := o.bodies(size, c, n)
+			pt := SweepPoint{BodyBytes: len(body(0, false)), Concurrency: c}
+			run(ctx, o, o.Direct, body, true, c, warm) // warm connections and caches
+			pt.Direct = run(ctx, o, o.Direct, body, false, c, n)
 			pt.Direct.CPUPerRequest = -1
 			for k, rt := range o.Routers {
-				run(ctx, o, rt, bodies, c, min(c, n))
+				run(ctx, o, rt, body, true, c, warm)
 				var cpu0 float64
 				var cpuErr error = fmt.Errorf("unmeasured")
 				if k < len(o.RouterCPU) && o.RouterCPU[k] != nil {
 					cpu0, cpuErr = o.RouterCPU[k]()
 				}
-				s := run(ctx, o, rt, bodies, c, n)
+				s := run(ctx, o, rt, body, false, c, n)
 				s.CPUPerRequest = -1
 				if cpuErr == nil {
 					if cpu1, err := o.RouterCPU[k](); err == nil && s.Requests > 0 {
@@ -153,8 +200,35 @@ func RunLoad(ctx context.Context, o LoadOptions) []SweepPoint {
 	return out
 }
 
+// bodyFunc returns the i-th request's body of a target's warm-up or measured run.
+type bodyFunc func(i int, warm bool) []byte
+
+// bodies returns the warm-up's request count and the bodies of one point: Distinct
+// bodies cycled, or with NextTurn one conversation per client (at least Distinct),
+// whose first turn is the warm-up's and whose next turns are the measured run's.
+func (o LoadOptions) bodies(size, c, n int) (int, bodyFunc) {
+	if !o.NextTurn {
+		bodies := make([][]byte, o.Distinct)
+		for i := range bodies {
+			bodies[i] = ChatBody(o.Model, size, i, o.Seed)
+		}
+		return min(c, n), func(i int, _ bool) []byte { return bodies[i%len(bodies)] }
+	}
+	d := max(o.Distinct, c)
+	convs := make([]*conversation, d)
+	for i := range convs {
+		convs[i] = newConversation(o.Model, size, i, o.Seed, (n+d-1)/d)
+	}
+	return d, func(i int, warm bool) []byte {
+		if warm {
+			return convs[i%d].body(0)
+		}
+		return convs[i%d].body(1 + i/d)
+	}
+}
+
 // run sends n requests to t from c clients and summarizes them.
-func run(ctx context.Context, o LoadOptions, t HTTPTarget, bodies [][]byte, c, n int) LoadSample {
+func run(ctx context.Context, o LoadOptions, t HTTPTarget, body bodyFunc, warm bool, c, n int) LoadSample {
 	var next, rr atomic.Int64
 	var mu sync.Mutex
 	var ttft, e2e []time.Duration
@@ -174,7 +248,7 @@ func run(ctx context.Context, o LoadOptions, t HTTPTarget, bodies [][]byte, c, n
 				if len(t.URLs) > 1 {
 					base = t.URLs[int(rr.Add(1)-1)%len(t.URLs)]
 				}
-				ft, et, err := streamOnce(ctx, o, base, bodies[i%len(bodies)])
+				ft, et, err := streamOnce(ctx, o, base, body(i, warm))
 				mu.Lock()
 				s.Requests++
 				if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -90,5 +91,57 @@ func TestProcCPU(t *testing.T) {
 	}
 	if _, err := ProcCPU(1 << 30)(); err == nil {
 		t.Fatal("a missing process was read")
+	}
+}
+
+// With NextTurn every measured request extends a conversation the target saw in its
+// warm-up: its messages start with an earlier request's messages (the previous turn
+// plus an assistant answer and a new user message), and every client's conversation is
+// its own.
+func TestRunLoadNextTurn(t *testing.T) {
+	type chat struct {
+		Messages []struct{ Role, Content string }
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{} // every prefix of messages received so far, joined
+	var extended, fresh int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c chat
+		if err := json.NewDecoder(r.Body).Decode(&c); err != nil || c.Messages[len(c.Messages)-1].Role != "user" {
+			http.Error(w, "bad body", 400)
+			return
+		}
+		key := func(k int) string {
+			var b strings.Builder
+			for _, m := range c.Messages[:k] {
+				b.WriteString(m.Role + "\x00" + m.Content + "\x00")
+			}
+			return b.String()
+		}
+		mu.Lock()
+		if len(c.Messages) > 2 && seen[key(len(c.Messages)-2)] {
+			extended++
+		} else {
+			fresh++
+		}
+		seen[key(len(c.Messages))] = true
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	o := LoadOptions{Model: "m", Direct: HTTPTarget{Name: "direct", URLs: []string{srv.URL}},
+		Routers:     []HTTPTarget{{Name: "r", URLs: []string{srv.URL}}},
+		Concurrency: []int{1}, BodyBytes: []int{8 << 10}, Requests: 12, Distinct: 3, NextTurn: true}
+	pts := RunLoad(context.Background(), o)
+	if len(pts) != 1 || pts[0].Direct.Errors != 0 || pts[0].Routers[0].Errors != 0 {
+		t.Fatalf("points %+v", pts)
+	}
+	// Direct's warm-up: 3 first turns (fresh); its 12 measured requests: turns 1–4 of
+	// each conversation, each extending the one before. The router's warm-up repeats
+	// the first turns (seen already: they extend nothing, so fresh) and its measured run
+	// repeats direct's (each extends its previous turn).
+	if fresh != 6 || extended != 24 {
+		t.Fatalf("fresh %d, extended %d: want 6 first turns and 24 next turns", fresh, extended)
 	}
 }

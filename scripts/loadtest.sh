@@ -11,6 +11,8 @@
 # machine the figures include their contention (say so when quoting them).
 #
 # Knobs: LOAD_CONCURRENCY (1,50,200), LOAD_BODIES (4k,220k), LOAD_REQUESTS (400),
+# LOAD_SHAPE (repeat: 16 distinct bodies cycled; next-turn: each request an agent's next
+# call, its conversation's previous request plus an answer and a new user message),
 # LOAD_FRONTS (proxy,serve), LOAD_OUT (load-out), LOAD_PORT (first of 7 ports),
 # LOAD_TOKENIZER (.cache/tokenizers/qwen3; "" = no local tokenizer: remote /tokenize).
 set -euo pipefail
@@ -21,6 +23,7 @@ OUT=${LOAD_OUT:-load-out}
 CONC=${LOAD_CONCURRENCY:-1,50,200}
 BODIES=${LOAD_BODIES:-4k,220k}
 REQUESTS=${LOAD_REQUESTS:-400}
+SHAPE=${LOAD_SHAPE:-repeat}
 FRONTS=${LOAD_FRONTS:-proxy,serve}
 TOK=${LOAD_TOKENIZER-.cache/tokenizers/qwen3}
 MODEL=Qwen/Qwen3-8B
@@ -33,7 +36,9 @@ done
 find_ports 7 21000
 HTTP=$base PROXY=$((base + 3)) ADMIN=$((base + 4)) EXTPROC=$((base + 5)) ENVOY=$((base + 6))
 
-start_workers 3 "$HTTP" --echo --kv-port 0 --kv-replay-port 0 --model "$MODEL"
+# The workers' POST /tokenize uses the same tokenizer, so kvroute's shadow check agrees
+# and its local path stays on (with the stand-in tokenizer it would switch to remote).
+start_workers 3 "$HTTP" --echo --kv-port 0 --kv-replay-port 0 --model "$MODEL" ${TOK:+--tokenizer "$TOK"}
 {
   echo "server:"
   echo "  proxy_addr: 127.0.0.1:$PROXY"
@@ -62,9 +67,9 @@ run_front() { # name cmd url
     pids+=($!)
     sleep 0.5
   fi
-  echo "loadtest: $name ($cmd), concurrency $CONC, bodies $BODIES, $REQUESTS requests per point"
+  echo "loadtest: $name ($cmd), concurrency $CONC, bodies $BODIES ($SHAPE), $REQUESTS requests per point"
   "$BIN/kvbench" --load --http "$direct" --http "kvroute-$name=$url" --router-pid "$kp" --model "$MODEL" \
-    --concurrency "$CONC" --body-sizes "$BODIES" --load-requests "$REQUESTS" --out "$OUT/$name"
+    --concurrency "$CONC" --body-sizes "$BODIES" --load-requests "$REQUESTS" --load-shape "$SHAPE" --out "$OUT/$name"
   kill "$kp" 2>/dev/null || true
   wait "$kp" 2>/dev/null || true
 }

@@ -26,6 +26,7 @@ type loadFlags struct {
 	bodies      *string
 	requests    *int
 	distinct    *int
+	shape       *string
 	pids        *string
 	metrics     *string
 }
@@ -36,7 +37,8 @@ func addLoadFlags(fs *flag.FlagSet) loadFlags {
 		concurrency: fs.String("concurrency", "1,50,200", "--load: closed-loop clients per point"),
 		bodies:      fs.String("body-sizes", "4k,220k", "--load: chat body sizes (k = KiB, m = MiB)"),
 		requests:    fs.Int("load-requests", 400, "--load: requests per target and point (at least 2 × concurrency)"),
-		distinct:    fs.Int("distinct-bodies", 16, "--load: distinct bodies per size, cycled"),
+		distinct:    fs.Int("distinct-bodies", 16, "--load: distinct bodies per size, cycled (next-turn: at least one conversation per client)"),
+		shape:       fs.String("load-shape", "repeat", "--load: repeat (the distinct bodies cycled) or next-turn (each request is its conversation's previous one plus an answer and a new ~1 KB user message, as an agent's next call)"),
 		pids:        fs.String("router-pid", "", "--load: comma-separated PIDs of the router targets' processes (in --http order) for CPU per request from /proc"),
 		metrics:     fs.String("router-metrics", "", "--load: comma-separated /metrics URLs of the router targets (process_cpu_seconds_total), instead of --router-pid"),
 	}
@@ -60,6 +62,13 @@ func parseSize(s string) (int, error) {
 
 func runLoad(lf loadFlags, targets []string, model, out string, seed uint64) error {
 	o := bench.LoadOptions{Model: model, Requests: *lf.requests, Distinct: *lf.distinct, Seed: seed}
+	switch *lf.shape {
+	case "repeat":
+	case "next-turn":
+		o.NextTurn = true
+	default:
+		return fmt.Errorf("--load-shape: %q is neither repeat nor next-turn", *lf.shape)
+	}
 	for _, s := range targets {
 		t, err := bench.ParseTarget(s)
 		if err != nil {
