@@ -83,24 +83,11 @@ const MaxLabels = 256
 // ranks and about (K+1) bytes per row.
 func (m *Linear) index() {
 	k := len(m.Labels)
-	p := packed{stride: k + 1, scale: make([]float32, k)}
+	q := m.quantizer()
+	p := packed{stride: k + 1, scale: q.scale, idfScale: q.idfScale}
 	idfAt := k
 	if k+1 <= 16 {
 		p.stride, idfAt = 16, 15 // the idf last, so a row is read as [16]byte
-	}
-	for i, v := range m.W {
-		p.scale[i%k] = max(p.scale[i%k], float32(math.Abs(float64(v))))
-	}
-	for c := range p.scale {
-		if p.scale[c] /= 127; p.scale[c] == 0 {
-			p.scale[c] = 1
-		}
-	}
-	for _, v := range m.IDF {
-		p.idfScale = max(p.idfScale, v)
-	}
-	if p.idfScale /= 255; p.idfScale == 0 {
-		p.idfScale = 1
 	}
 	p.idfMissing = m.IDFDefault / p.idfScale
 	p.present = make([]rankWord, (1<<m.Features.Bits+63)/64)
@@ -116,9 +103,9 @@ func (m *Linear) index() {
 	for r := range m.Buckets {
 		row := p.rows[r*p.stride : r*p.stride+p.stride]
 		for c := 0; c < k; c++ {
-			row[c] = byte(int8(max(-127, min(127, math.Round(float64(m.W[r*k+c]/p.scale[c]))))))
+			row[c] = q.weight(m.W[r*k+c], c)
 		}
-		row[idfAt] = byte(max(0, min(255, math.Round(float64(m.IDF[r]/p.idfScale)))))
+		row[idfAt] = q.idf(m.IDF[r])
 	}
 	m.packed = p
 }

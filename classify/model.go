@@ -63,23 +63,8 @@ func (m *Linear) Save(path string) error {
 
 func (m *Linear) write(w io.Writer) error {
 	k := len(m.Labels)
-	scale := make([]float32, k)
-	for i, v := range m.W {
-		scale[i%k] = max(scale[i%k], float32(math.Abs(float64(v))))
-	}
-	for c := range scale {
-		scale[c] /= 127
-		if scale[c] == 0 {
-			scale[c] = 1
-		}
-	}
-	var idfScale float32
-	for _, v := range m.IDF {
-		idfScale = max(idfScale, v)
-	}
-	if idfScale /= 255; idfScale == 0 {
-		idfScale = 1
-	}
+	q := m.quantizer()
+	scale, idfScale := q.scale, q.idfScale
 	hdr, err := json.Marshal(modelHeader{Features: m.Features, Labels: m.Labels, Rows: len(m.Buckets),
 		Scale: scale, IDFScale: idfScale, IDFDefault: m.IDFDefault})
 	if err != nil {
@@ -97,11 +82,10 @@ func (m *Linear) write(w io.Writer) error {
 		prev = b
 	}
 	for _, v := range m.IDF {
-		bw.WriteByte(byte(max(0, min(255, math.Round(float64(v/idfScale))))))
+		bw.WriteByte(q.idf(v))
 	}
 	for i, v := range m.W {
-		q := math.Round(float64(v / scale[i%k]))
-		bw.WriteByte(byte(int8(max(-127, min(127, q)))))
+		bw.WriteByte(q.weight(v, i%k))
 	}
 	binary.Write(bw, binary.LittleEndian, m.B)
 	if err := bw.Flush(); err != nil {
@@ -211,4 +195,42 @@ func roundTrip(m *Linear) (*Linear, error) {
 	out, err := read(pr)
 	pr.Close()
 	return out, err
+}
+
+// quantizer is how the model file stores weights and idf, and how Predict's packed
+// table holds them: each label's weights as int8 scaled by scale[c] = max|W[·][c]|/127,
+// each row's idf as uint8 scaled by idfScale = max idf/255 (a zero scale is 1).
+type quantizer struct {
+	scale    []float32
+	idfScale float32
+}
+
+func (m *Linear) quantizer() quantizer {
+	k := len(m.Labels)
+	q := quantizer{scale: make([]float32, k)}
+	for i, v := range m.W {
+		q.scale[i%k] = max(q.scale[i%k], float32(math.Abs(float64(v))))
+	}
+	for c := range q.scale {
+		if q.scale[c] /= 127; q.scale[c] == 0 {
+			q.scale[c] = 1
+		}
+	}
+	for _, v := range m.IDF {
+		q.idfScale = max(q.idfScale, v)
+	}
+	if q.idfScale /= 255; q.idfScale == 0 {
+		q.idfScale = 1
+	}
+	return q
+}
+
+// weight quantizes label c's weight v.
+func (q quantizer) weight(v float32, c int) byte {
+	return byte(int8(max(-127, min(127, math.Round(float64(v/q.scale[c]))))))
+}
+
+// idf quantizes an idf.
+func (q quantizer) idf(v float32) byte {
+	return byte(max(0, min(255, math.Round(float64(v/q.idfScale)))))
 }
