@@ -172,6 +172,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	ctx    context.Context       // nil until Run; guarded by mu
+	ended  bool                  // Run is waiting for its goroutines: start none; guarded by mu
 	subs   map[string]*workerSub // by worker name; guarded by mu
 	byAddr map[string]string     // worker address → name, for bind mode; guarded by mu
 	byHost map[string][]string   // worker address host (IP) → names, for bind mode; guarded by mu
@@ -274,7 +275,7 @@ func (m *Manager) WorkerAdded(w *workers.Worker) {
 	if h := hostOf(w.Address); h != "" {
 		m.byHost[h] = append(m.byHost[h], w.Name)
 	}
-	if m.ctx != nil {
+	if m.ctx != nil && !m.ended {
 		s.start(m.ctx, &m.wg)
 	}
 }
@@ -356,6 +357,11 @@ loop:
 			m.checkSilent()
 		}
 	}
+	// A worker added from now on (discovery still running) starts no goroutine: its
+	// wg.Add would race with this Wait.
+	m.mu.Lock()
+	m.ended = true
+	m.mu.Unlock()
 	m.wg.Wait()
 	select {
 	case err := <-errc:
