@@ -3,7 +3,6 @@ package classify
 import (
 	"math"
 	"math/bits"
-	"sync"
 )
 
 // Linear is a multinomial logistic regression (softmax) over hashed tf-idf features.
@@ -46,9 +45,10 @@ type Linear struct {
 //     (the rank of a succinct bitmap, Jacobson, FOCS 1989) and a feature without a row
 //     is known from the bitmap alone;
 //   - rows holds, per row, the K weights quantized to int8 by label (scale[c]) and the
-//     idf quantized to uint8 (idfScale), stride bytes apart: 16 bytes for 14 labels, a
-//     quarter of a cache line, where float32 weights, a separate idf and a 4-byte row
-//     index took three cache misses.
+//     idf quantized to uint8 (idfScale), stride bytes apart: 16 bytes for up to 15
+//     labels, a quarter of a cache line, where float32 weights, a separate idf and a
+//     4-byte row index took three cache misses. In 16-byte rows the weights are stored
+//     biased by 128 (unsigned), the layout scores16 multiplies eight lanes at a time.
 //
 // The model file is quantized the same way, so a loaded model predicts as before.
 type packed struct {
@@ -100,10 +100,17 @@ func (m *Linear) index() {
 		n += uint32(bits.OnesCount64(p.present[i].bits))
 	}
 	p.rows = make([]byte, len(m.Buckets)*p.stride)
+	bias := byte(0)
+	if p.stride == 16 {
+		bias = 128 // unsigned lanes for scores16
+	}
 	for r := range m.Buckets {
 		row := p.rows[r*p.stride : r*p.stride+p.stride]
-		for c := 0; c < k; c++ {
-			row[c] = q.weight(m.W[r*k+c], c)
+		for c := 0; c < idfAt; c++ {
+			row[c] = bias
+			if c < k {
+				row[c] = q.weight(m.W[r*k+c], c) + bias
+			}
 		}
 		row[idfAt] = q.idf(m.IDF[r])
 	}
@@ -119,54 +126,6 @@ func (p *packed) row(f uint32) []byte {
 	}
 	r := int(w.before) + bits.OnesCount64(w.bits&(bit-1))
 	return p.rows[r*p.stride : r*p.stride+p.stride]
-}
-
-// grouper counts a text's feature occurrences by open addressing with a generation
-// stamp, so no table is cleared between texts.
-type grouper struct {
-	gen    uint32
-	slots  []gslot
-	occ    []uint32
-	keys   []uint32
-	counts []uint32
-	hits   []hit
-}
-
-type gslot struct{ gen, key, idx uint32 }
-
-var grouperPool = sync.Pool{New: func() any { return &grouper{occ: make([]uint32, 0, 8192)} }}
-
-// group fills g.keys (first-seen order) and g.counts from g.occ.
-func (g *grouper) group() {
-	size := 1024
-	for size < 2*len(g.occ) {
-		size <<= 1
-	}
-	if len(g.slots) < size {
-		g.slots, g.gen = make([]gslot, size), 0
-	}
-	g.gen++
-	if g.gen == 0 {
-		clear(g.slots)
-		g.gen = 1
-	}
-	g.keys, g.counts = g.keys[:0], g.counts[:0]
-	mask := uint32(len(g.slots) - 1)
-	for _, f := range g.occ {
-		for j := f & mask; ; j = (j + 1) & mask {
-			s := &g.slots[j]
-			if s.gen != g.gen {
-				*s = gslot{gen: g.gen, key: f, idx: uint32(len(g.keys))}
-				g.keys = append(g.keys, f)
-				g.counts = append(g.counts, 1)
-				break
-			}
-			if s.key == f {
-				g.counts[s.idx]++
-				break
-			}
-		}
-	}
 }
 
 // sublinearTF[n] is 1 + ln n for the counts a text usually has.
@@ -193,7 +152,7 @@ func sublinear(n uint32) float32 {
 func (m *Linear) scores(text string, out []float32) {
 	g := grouperPool.Get().(*grouper)
 	g.occ = m.Features.Append(g.occ[:0], text)
-	g.group()
+	g.group(m.Features.Bits)
 	p := &m.packed
 	hits := g.hits[:0]
 	if cap(hits) < len(g.keys) {
@@ -213,16 +172,7 @@ func (m *Linear) scores(text string, out []float32) {
 	hits = hits[:n]
 	var norm float32
 	if k := len(m.Labels); p.stride == 16 {
-		var acc [16]float32
-		for _, h := range hits {
-			row := (*[16]byte)(p.rows[int(h.row)*16:])
-			x := h.tf * float32(row[15])
-			norm += x * x
-			for c := range acc {
-				acc[c] += float32(int8(row[c])) * x
-			}
-		}
-		copy(out, acc[:k])
+		norm = p.scores16(hits, out)
 	} else {
 		clear(out)
 		for _, h := range hits {

@@ -84,7 +84,7 @@ func Train(rows []Row, opt TrainOptions) (*Linear, error) {
 	g := &grouper{}
 	for i, r := range rows {
 		g.occ = opt.Features.Append(g.occ[:0], r.Text)
-		g.group()
+		g.group(opt.Features.Bits)
 		x := sparse{idx: append([]uint32(nil), g.keys...), val: make([]float32, len(g.keys))}
 		for j, f := range g.keys {
 			x.val[j] = sublinear(g.counts[j])
