@@ -26,7 +26,7 @@ type Features struct {
 
 // DefaultFeatures is what `kvroute classify train` uses unless told otherwise.
 func DefaultFeatures() Features {
-	return Features{Bits: 20, WordNgrams: 2, CharMin: 3, CharMax: 5, WindowBytes: 4096}
+	return Features{Bits: 20, WordNgrams: 2, CharMin: 4, CharMax: 5, WindowBytes: 4096}
 }
 
 const (
