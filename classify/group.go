@@ -49,23 +49,24 @@ func (g *grouper) groupDirect(bits uint8) bool {
 		g.keys, g.counts = make([]uint32, len(occ)), make([]uint32, len(occ))
 	}
 	keys := g.keys[:len(occ)]
+	mask := uint32(1)<<bits - 1
 	n := 0
 	var top uint8
 	for _, f := range occ {
-		c := direct[f&(1<<bits-1)]
+		c := direct[f&mask]
 		keys[n] = f
 		if c == 0 {
 			n++
 		}
 		c++
 		top = max(top, c)
-		direct[f&(1<<bits-1)] = c
+		direct[f&mask] = c
 	}
 	keys = keys[:n]
 	counts := g.counts[:n]
 	for i, f := range keys {
-		counts[i] = uint32(direct[f])
-		direct[f] = 0
+		counts[i] = uint32(direct[f&mask])
+		direct[f&mask] = 0
 	}
 	g.keys, g.counts = keys, counts
 	return top < 255
